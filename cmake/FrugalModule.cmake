@@ -1,0 +1,32 @@
+# frugal_module(NAME DEPS dep...): one static library per folder of src/frugal, built from every
+# .cc file in that folder and its sub-folders, so adding a file needs no CMake edit and a broken
+# module never stops the others from building.
+function(frugal_module name)
+  cmake_parse_arguments(ARG "" "DIR" "DEPS" ${ARGN})
+  if(NOT ARG_DIR)
+    set(ARG_DIR ${name})
+  endif()
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_DIR}/*.cc)
+  add_library(frugal_${name} STATIC ${srcs})
+  target_include_directories(frugal_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  target_compile_options(frugal_${name} PRIVATE ${FRUGAL_WARNINGS})
+  target_link_libraries(frugal_${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# frugal_test(NAME DEPS dep...): one GoogleTest binary per folder of tests/.
+function(frugal_test name)
+  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${name}/*.cc)
+  if(NOT srcs)
+    return()
+  endif()
+  add_executable(${name}_tests ${srcs})
+  target_compile_options(${name}_tests PRIVATE ${FRUGAL_WARNINGS})
+  target_include_directories(${name}_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(${name}_tests PRIVATE ${ARG_DEPS} GTest::gtest_main)
+  target_compile_definitions(${name}_tests PRIVATE
+    FRUGAL_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    FRUGAL_SHARED_MODELS_DIR="${PROJECT_SOURCE_DIR}/../shared/models"
+    FRUGAL_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  gtest_discover_tests(${name}_tests DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${name})
+endfunction()

@@ -1,0 +1,76 @@
+// The op set a transformer forward pass needs. The model is written once against this interface;
+// each backend (cpu/, later cuda/) implements it. Pointers are in the backend's own memory
+// (host memory for the CPU backend). All activations are F32, row-major.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "frugal/core/dtype.h"
+#include "frugal/core/status.h"
+
+namespace frugal {
+
+class KvCache;
+
+// A 2-D weight matrix as stored in GGUF: `rows` rows of `cols` contiguous elements in `type`
+// (GGUF dims = [cols, rows]). For the CPU backend `data` points into the mmap'd file.
+struct WeightTensor {
+  DType type = DType::kF32;
+  int64_t cols = 0;
+  int64_t rows = 0;
+  size_t row_stride = 0;  // bytes between rows
+  const void* data = nullptr;
+};
+
+struct RopeParams {
+  int n_rot = 0;            // rotated dims per head (<= head_dim)
+  float freq_base = 10000.f;
+  float freq_scale = 1.f;   // linear scaling: angle *= freq_scale
+  bool neox = false;        // NEOX pairs (i, i + n_rot/2) instead of NORM pairs (2i, 2i+1)
+  const float* freq_factors = nullptr;  // [n_rot/2] or nullptr (llama-3 rope_freqs): angle /= f
+};
+
+struct AttentionParams {
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  float scale = 1.f;        // usually 1/sqrt(head_dim)
+  int32_t window = 0;       // sliding window in positions (0: none): key pos > query pos - window
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int n_threads() const = 0;
+
+  // y[t][r] = sum_k x[t][k] * W[r][k] (+ bias[r]); x [n][w.cols], y [n][w.rows].
+  virtual void matmul(const WeightTensor& w, const float* x, int64_t n, float* y,
+                      const float* bias = nullptr) = 0;
+  // y[i][:] = W[ids[i]][:] as floats; y [n][w.cols].
+  virtual void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) = 0;
+  // Per row of `dim` floats: y = x / sqrt(mean(x^2) + eps) * weight. In place allowed.
+  virtual void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim,
+                        float eps, float* y) = 0;
+  // In place on x [n_tokens][n_heads][head_dim]; token t at position pos[t].
+  virtual void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                    const int32_t* pos, const RopeParams& p) = 0;
+  // out[i] = silu(gate[i]) * up[i].
+  virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // x[i] += y[i].
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // Causal attention of each query token over the KV cache of its sequence:
+  // q [n][n_head][head_dim]; token t belongs to seq[t] at position pos[t] and sees cached tokens
+  // with position <= pos[t] (and > pos[t] - window when window > 0). out [n][n_head][head_dim].
+  virtual void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq,
+                         const int32_t* pos, int64_t n, const AttentionParams& p, float* out) = 0;
+};
+
+struct CpuBackendOptions {
+  int n_threads = 0;  // 0: all cores
+};
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opts);
+
+}  // namespace frugal

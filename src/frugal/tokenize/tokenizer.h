@@ -1,0 +1,85 @@
+// Tokenizers built from GGUF metadata: SentencePiece-style (tokenizer.ggml.model = "llama", with
+// byte fallback) and byte-level BPE ("gpt2", pre-tokenizers llama3 / qwen2 / default). Token for
+// token identical to llama.cpp's llama_tokenize / llama_token_to_piece.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "frugal/core/status.h"
+
+namespace frugal {
+
+class GgufFile;
+
+using TokenId = int32_t;
+
+struct TokenizeOptions {
+  bool add_special = true;     // add BOS (and EOS) as the metadata says
+  bool parse_special = false;  // recognise special-token text such as "<|im_start|>" in the input
+};
+
+class Tokenizer {
+ public:
+  static Result<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& file);
+  virtual ~Tokenizer() = default;
+
+  // Rejects invalid UTF-8 input with kInvalidArgument naming the byte offset.
+  virtual Result<std::vector<TokenId>> encode(std::string_view text, const TokenizeOptions& opts = {}) const = 0;
+  // The bytes of one token as llama.cpp's token_to_piece renders them (special tokens rendered
+  // when `special` is true). May be a partial UTF-8 sequence (byte tokens).
+  virtual std::string piece(TokenId id, bool special = false) const = 0;
+  virtual int32_t n_vocab() const = 0;
+
+  TokenId bos() const { return bos_; }
+  TokenId eos() const { return eos_; }
+  TokenId eot() const { return eot_; }  // -1 when absent
+  bool add_bos() const { return add_bos_; }
+  // True for EOS, EOT and other end-of-generation tokens.
+  virtual bool is_eog(TokenId id) const = 0;
+  virtual bool is_control(TokenId id) const = 0;
+  // tokenizer.chat_template (empty when absent).
+  const std::string& chat_template() const { return chat_template_; }
+
+ protected:
+  TokenId bos_ = -1, eos_ = -1, eot_ = -1;
+  bool add_bos_ = false;
+  std::string chat_template_;
+};
+
+// Turns a stream of tokens into text that is always valid UTF-8: bytes of an incomplete
+// character are held back until the character completes (or flushed as U+FFFD at finish()).
+class Detokenizer {
+ public:
+  explicit Detokenizer(const Tokenizer& tok, bool render_special = false)
+      : tok_(tok), special_(render_special) {}
+  // Returns the text that became complete with this token (possibly empty).
+  std::string push(TokenId id);
+  std::string finish();
+
+ private:
+  const Tokenizer& tok_;
+  bool special_;
+  bool first_ = true;
+  std::string pending_;
+};
+
+// Chat templates for the common families, chosen from tokenizer.chat_template.
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant"
+  std::string content;
+};
+
+enum class ChatTemplateKind { kChatml, kLlama2, kLlama3, kMistral, kZephyr };
+
+// Chooses the family from the template text (or its name); kNotSupported when nothing matches.
+Result<ChatTemplateKind> detect_chat_template(std::string_view template_text);
+// Renders the conversation; `add_generation_prompt` appends the assistant header.
+std::string apply_chat_template(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
+                                bool add_generation_prompt, std::string_view bos_text,
+                                std::string_view eos_text);
+
+}  // namespace frugal
