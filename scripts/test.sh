@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds and runs every test: the Release build with warnings as errors, then the GGUF and
+# tokenizer tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+cmake --preset ci >/dev/null
+cmake --build --preset ci -j "$jobs"
+ctest --preset ci -j "$jobs"
+
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$jobs" --target format_tests tokenize_tests
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --preset asan -j "$jobs" -L 'format|tokenize'
+echo "all tests passed"
