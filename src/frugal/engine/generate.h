@@ -1,0 +1,52 @@
+// Single-sequence generation: prefill the prompt in chunks, then decode token by token with a
+// sampler, stop rules and streamed, valid-UTF-8 text. `frugal run` and `frugal bench` use it.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "frugal/backend/backend.h"
+#include "frugal/decode/sampler.h"
+#include "frugal/model/model.h"
+#include "frugal/tokenize/tokenizer.h"
+
+namespace frugal {
+
+struct GenerateOptions {
+  int32_t n_predict = 128;     // tokens to generate at most; -1: until EOS or the context is full
+  int32_t n_ctx = 0;           // context (prompt + generated); 0: the model's training context
+  int32_t n_batch = 512;       // prompt tokens per forward call during prefill
+  bool ignore_eos = false;     // keep going past end-of-generation tokens (benchmarks)
+  std::vector<std::string> stop;  // stop strings (not included in the text)
+  SamplingParams sampling;
+  DType kv_dtype = DType::kF16;
+};
+
+// Phase timings shared by `run --json`, `bench` and the server's request log.
+struct Timings {
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  int64_t prefill_tokens = 0;
+  int64_t decode_tokens = 0;  // forward passes during decode
+  double prefill_tok_s() const { return prefill_ms > 0 ? prefill_tokens * 1000.0 / prefill_ms : 0; }
+  double decode_tok_s() const { return decode_ms > 0 ? decode_tokens * 1000.0 / decode_ms : 0; }
+};
+
+struct GenerateResult {
+  std::string text;
+  std::vector<TokenId> prompt_tokens;
+  std::vector<TokenId> tokens;        // generated, including a final EOS if one was sampled
+  std::string stop_reason;            // "eos", "stop", "length", "context"
+  Timings timings;
+  uint64_t kv_bytes = 0;              // KV cache reserved for this generation
+};
+
+// Called with each newly completed piece of text; return false to stop early.
+using TextCallback = std::function<bool(const std::string&)>;
+
+Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& backend,
+                                const std::vector<TokenId>& prompt, const GenerateOptions& opts,
+                                const TextCallback& on_text = nullptr);
+
+}  // namespace frugal

@@ -1,0 +1,142 @@
+// frugal bench: llama-bench's pp/tg semantics. ppN = one N-token prompt processed in batches of
+// -b tokens from an empty cache; tgN = N single-token decode steps from an empty cache. Each test
+// is preceded by a warm-up and repeated -r times; tokens/s as mean ± sample standard deviation.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "common.h"
+
+namespace frugal::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  std::vector<int> n_prompt{512};
+  std::vector<int> n_gen{128};
+  int threads = 0;
+  int reps = 5;
+  int n_batch = 512;
+  bool json = false;
+};
+
+struct TestResult {
+  std::string name;
+  int n_prompt = 0;
+  int n_gen = 0;
+  std::vector<double> samples;  // tokens/s
+  double mean() const {
+    double s = 0;
+    for (double x : samples) s += x;
+    return samples.empty() ? 0 : s / static_cast<double>(samples.size());
+  }
+  double sd() const {
+    if (samples.size() < 2) return 0;
+    const double m = mean();
+    double s = 0;
+    for (double x : samples) s += (x - m) * (x - m);
+    return std::sqrt(s / static_cast<double>(samples.size() - 1));
+  }
+};
+
+// Runs one repetition and returns tokens/s; the cache starts empty.
+Result<double> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int n_batch, std::mt19937& rng) {
+  const int64_t n_vocab = model.config().n_vocab;
+  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(model.kv_options(1, n_prompt + n_gen + 1)));
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  std::uniform_int_distribution<int> tok(0, static_cast<int>(n_vocab) - 1);
+  Batch b;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n_prompt; i += n_batch) {
+    b.clear();
+    const int end = std::min(n_prompt, i + n_batch);
+    for (int j = i; j < end; ++j) b.add(tok(rng), j, 0, j + 1 == end);
+    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, logits.data()));
+  }
+  for (int i = 0; i < n_gen; ++i) {
+    b.clear();
+    b.add(tok(rng), n_prompt + i, 0, true);
+    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, logits.data()));
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return (n_prompt + n_gen) / s;
+}
+
+int bench(const BenchArgs& a) {
+  const std::string cmd = "bench";
+  if (a.reps < 1) return fail(cmd, "-r must be at least 1");
+  auto path = resolve_model_path(a.model);
+  if (!path.ok()) return fail(cmd, path.status().message());
+  ModelLoadOptions mo;
+  mo.progress = !a.json;
+  auto model = Model::load(*path, mo);
+  if (!model.ok()) return fail(cmd, model.status().message());
+  CpuBackendOptions bo;
+  bo.n_threads = resolve_threads(a.threads);
+  auto be = make_cpu_backend(bo);
+  std::mt19937 rng(1234);
+
+  std::vector<TestResult> tests;
+  for (int p : a.n_prompt) {
+    if (p > 0) tests.push_back({"pp" + std::to_string(p), p, 0, {}});
+  }
+  for (int g : a.n_gen) {
+    if (g > 0) tests.push_back({"tg" + std::to_string(g), 0, g, {}});
+  }
+  for (auto& t : tests) {
+    // Warm-up: touches the weights and grows every buffer once.
+    auto w = run_once(**model, *be, t.n_prompt > 0 ? std::min(t.n_prompt, a.n_batch) : 0, t.n_gen > 0 ? 1 : 0,
+                      a.n_batch, rng);
+    if (!w.ok()) return fail(cmd, w.status().message());
+    for (int r = 0; r < a.reps; ++r) {
+      auto ts = run_once(**model, *be, t.n_prompt, t.n_gen, a.n_batch, rng);
+      if (!ts.ok()) return fail(cmd, ts.status().message());
+      t.samples.push_back(*ts);
+    }
+    if (!a.json) {
+      std::printf("%-40s %-24s %3d threads %8s %10.2f ± %.2f tok/s\n", path->c_str(),
+                  (*model)->describe_types().substr(0, 24).c_str(), bo.n_threads, t.name.c_str(), t.mean(), t.sd());
+      std::fflush(stdout);
+    }
+  }
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = *path;
+    j["arch"] = (*model)->config().arch;
+    j["types"] = (*model)->describe_types();
+    j["model_bytes"] = (*model)->weights().bytes;
+    j["threads"] = bo.n_threads;
+    j["backend"] = be->name();
+    j["tests"] = nlohmann::json::array();
+    for (const auto& t : tests) {
+      j["tests"].push_back({{"name", t.name}, {"n_prompt", t.n_prompt}, {"n_gen", t.n_gen},
+                            {"avg_ts", t.mean()}, {"stddev_ts", t.sd()}, {"samples_ts", t.samples}});
+    }
+    j["peak_rss_bytes"] = peak_rss_bytes();
+    std::cout << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+RunFn setup(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  app.add_option("-m,--model", a->model, "GGUF model file (default: the shipped default model)");
+  app.add_option("-p,--n-prompt", a->n_prompt, "prompt sizes to test (repeatable)")->capture_default_str();
+  app.add_option("-n,--n-gen", a->n_gen, "generation lengths to test (repeatable)")->capture_default_str();
+  app.add_option("-t,--threads", a->threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("-r,--repetitions", a->reps, "repetitions per test")->capture_default_str();
+  app.add_option("-b,--batch-size", a->n_batch, "prompt tokens per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--json", a->json, "print results as JSON");
+  return [a]() { return bench(*a); };
+}
+
+}  // namespace
+
+FRUGAL_COMMAND("bench", "Measure prompt processing (pp) and generation (tg) speed", setup);
+
+}  // namespace frugal::cli

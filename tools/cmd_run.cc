@@ -1,0 +1,156 @@
+// frugal run: generate text from a prompt. Generated text only on stdout, diagnostics on stderr;
+// --json prints one object instead.
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "common.h"
+#include "frugal/engine/generate.h"
+
+namespace frugal::cli {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  std::string system;
+  int n_predict = 128;
+  int n_ctx = 0;
+  int n_batch = 512;
+  int threads = 0;
+  bool chat = false;
+  bool json = false;
+  bool ignore_eos = false;
+  bool verbose = false;
+  std::string kv_type = "f16";
+  std::vector<std::string> stop;
+  SamplingParams sampling;
+};
+
+nlohmann::json timings_json(const Timings& t) {
+  return {{"prefill_ms", t.prefill_ms},
+          {"decode_ms", t.decode_ms},
+          {"prefill_tok_s", t.prefill_tok_s()},
+          {"decode_tok_s", t.decode_tok_s()}};
+}
+
+Result<std::string> render_chat(const Tokenizer& tok, const RunArgs& a, const std::string& user) {
+  FRUGAL_ASSIGN_OR_RETURN(ChatTemplateKind kind, detect_chat_template(tok.chat_template()));
+  std::vector<ChatMessage> msgs;
+  if (!a.system.empty()) msgs.push_back({"system", a.system});
+  msgs.push_back({"user", user});
+  const std::string bos = tok.bos() >= 0 ? tok.piece(tok.bos(), true) : "";
+  const std::string eos = tok.eos() >= 0 ? tok.piece(tok.eos(), true) : "";
+  return apply_chat_template(kind, msgs, true, bos, eos);
+}
+
+int run(const RunArgs& a) {
+  const std::string cmd = "run";
+  auto path = resolve_model_path(a.model);
+  if (!path.ok()) return fail(cmd, path.status().message());
+  auto prompt = read_prompt(a.prompt, a.prompt_file);
+  if (!prompt.ok()) return fail(cmd, prompt.status().message());
+  if (prompt->empty()) return fail(cmd, "no prompt: pass -p TEXT, -f FILE or pipe text on stdin");
+  auto lm = load_model(*path, !a.json);
+  if (!lm.ok()) return fail(cmd, lm.status().message());
+  const Tokenizer& tok = *lm->tokenizer;
+
+  std::string text = *prompt;
+  TokenizeOptions to;
+  if (a.chat) {
+    auto rendered = render_chat(tok, a, text);
+    if (!rendered.ok()) return fail(cmd, rendered.status().message());
+    text = *rendered;
+    to.parse_special = true;
+    to.add_special = false;  // the template writes BOS itself where the family wants one
+  }
+  auto tokens = tok.encode(text, to);
+  if (!tokens.ok()) return fail(cmd, "prompt: " + tokens.status().message());
+
+  GenerateOptions go;
+  go.n_predict = a.n_predict;
+  const int64_t train_ctx = lm->model->config().n_ctx_train;
+  go.n_ctx = a.n_ctx > 0 ? a.n_ctx : static_cast<int32_t>(std::min<int64_t>(train_ctx > 0 ? train_ctx : 4096, 4096));
+  go.n_batch = a.n_batch;
+  go.ignore_eos = a.ignore_eos;
+  go.stop = a.stop;
+  go.sampling = a.sampling;
+  if (a.kv_type == "f32") {
+    go.kv_dtype = DType::kF32;
+  } else if (a.kv_type != "f16") {
+    return fail(cmd, "--kv-type must be f16 or f32, not '" + a.kv_type + "'");
+  }
+
+  CpuBackendOptions bo;
+  bo.n_threads = resolve_threads(a.threads);
+  auto backend = make_cpu_backend(bo);
+  if (a.verbose) {
+    std::fprintf(stderr, "model %s: %s, %lld layers, %lld params bytes, types %s; prompt %zu tokens; %d threads\n",
+                 path->c_str(), lm->model->config().arch.c_str(), static_cast<long long>(lm->model->config().n_layer),
+                 static_cast<long long>(lm->model->weights().bytes), lm->model->describe_types().c_str(),
+                 tokens->size(), bo.n_threads);
+  }
+  TextCallback stream;
+  if (!a.json) {
+    stream = [](const std::string& s) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  auto res = generate(*lm->model, tok, *backend, *tokens, go, stream);
+  if (!res.ok()) return fail(cmd, res.status().message());
+  if (a.json) {
+    nlohmann::json j = {{"text", res->text},
+                        {"prompt_tokens", res->prompt_tokens},
+                        {"tokens", res->tokens},
+                        {"stop_reason", res->stop_reason},
+                        {"timings", timings_json(res->timings)},
+                        {"peak_rss_bytes", peak_rss_bytes()}};
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    std::fputc('\n', stdout);
+    std::fprintf(stderr, "prefill: %lld tokens, %.1f tok/s; decode: %lld tokens, %.1f tok/s; stop: %s\n",
+                 static_cast<long long>(res->timings.prefill_tokens), res->timings.prefill_tok_s(),
+                 static_cast<long long>(res->timings.decode_tokens), res->timings.decode_tok_s(),
+                 res->stop_reason.c_str());
+  }
+  return 0;
+}
+
+RunFn setup(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  app.add_option("-m,--model", a->model, "GGUF model file (default: the shipped default model)");
+  app.add_option("-p,--prompt", a->prompt, "prompt text");
+  app.add_option("-f,--file", a->prompt_file, "read the prompt from a file (else -p, else stdin)");
+  app.add_option("-n,--n-predict", a->n_predict, "tokens to generate (-1: until end of text)")->capture_default_str();
+  app.add_option("-c,--ctx-size", a->n_ctx, "context size in tokens (0: min(training context, 4096))")->capture_default_str();
+  app.add_option("-b,--batch-size", a->n_batch, "prompt tokens per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-t,--threads", a->threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("--temp", a->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", a->sampling.top_k, "top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", a->sampling.top_p, "top-p (1: off)")->capture_default_str();
+  app.add_option("--min-p", a->sampling.min_p, "min-p (0: off)")->capture_default_str();
+  app.add_option("--repeat-penalty", a->sampling.repeat_penalty, "repetition penalty (1: off)")->capture_default_str();
+  app.add_option("--repeat-last-n", a->sampling.repeat_last_n, "tokens the penalties look back over")->capture_default_str();
+  app.add_option("--presence-penalty", a->sampling.presence_penalty, "presence penalty")->capture_default_str();
+  app.add_option("--frequency-penalty", a->sampling.frequency_penalty, "frequency penalty")->capture_default_str();
+  app.add_option("-s,--seed", a->sampling.seed, "sampling seed")->capture_default_str();
+  app.add_option("--stop", a->stop, "stop string (repeatable)");
+  app.add_flag("--ignore-eos", a->ignore_eos, "keep generating after end-of-text tokens");
+  app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
+  app.add_option("--system", a->system, "system message for --chat");
+  app.add_option("--kv-type", a->kv_type, "KV cache element type: f16 or f32")->capture_default_str();
+  app.add_flag("--json", a->json, "print one JSON object with text, tokens, timings and peak memory");
+  app.add_flag("-v,--verbose", a->verbose, "describe the model and run on stderr");
+  return [a]() { return run(*a); };
+}
+
+}  // namespace
+
+FRUGAL_COMMAND("run", "Generate text from a prompt", setup);
+
+}  // namespace frugal::cli
