@@ -1,0 +1,202 @@
+// Bad input through the real `frugal` binary: every case must exit non-zero with exactly one
+// line on stderr that names the problem, and must not die of a signal.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "frugal/format/gguf.h"
+#include "frugal/synth/random_model.h"
+
+namespace frugal {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CmdResult {
+  int exit_code = -1;
+  bool signaled = false;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+CmdResult run_frugal(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path() / "frugal_cli_test";
+  fs::create_directories(dir);
+  const std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
+  const std::string cmd = std::string(FRUGAL_BINARY_DIR) + "/bin/frugal " + args + " >" + out + " 2>" + err + " </dev/null";
+  const int st = std::system(cmd.c_str());
+  CmdResult r;
+  // /bin/sh reports a child killed by signal N as exit status 128 + N.
+  r.signaled = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) > 128);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  if (!s.empty() && s.back() != '\n') ++n;
+  return n;
+}
+
+void expect_clean_failure(const CmdResult& r, const std::string& needle) {
+  EXPECT_FALSE(r.signaled) << r.err;
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr should mention '" << needle << "': " << r.err;
+}
+
+class CliBadInput : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / "frugal_cli_models");
+    fs::create_directories(*dir_);
+    auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
+    ASSERT_TRUE(opts.ok()) << opts.status().to_string();
+    opts->n_layer = 2;
+    opts->weight_type = "F32";
+    good_ = new std::string((*dir_ / "good.gguf").string());
+    ASSERT_TRUE(synth::write_random_model(*opts, *good_).ok());
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+    delete good_;
+  }
+  // Copies `good` into a new file with `edit` applied to its bytes.
+  static std::string variant(const std::string& name, const std::function<void(std::string&)>& edit) {
+    std::string bytes = slurp(*good_);
+    edit(bytes);
+    const std::string p = (*dir_ / name).string();
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+  // Rewrites `good` through GgufWriter, dropping tensor `drop` and overriding string keys.
+  static std::string rewritten(const std::string& name, const std::string& drop,
+                               const std::vector<std::pair<std::string, std::string>>& strings) {
+    auto f = GgufFile::open(*good_);
+    EXPECT_TRUE(f.ok());
+    GgufWriter w;
+    for (const auto& [k, v] : (*f)->metadata()) w.set_value(k, v);
+    for (const auto& [k, v] : strings) w.set_string(k, v);
+    for (const auto& t : (*f)->tensors()) {
+      if (t.name == drop) continue;
+      EXPECT_TRUE(w.add_tensor(t.name, t.type, t.dims, t.data, t.nbytes).ok());
+    }
+    const std::string p = (*dir_ / name).string();
+    EXPECT_TRUE(w.write(p).ok());
+    return p;
+  }
+  static inline fs::path* dir_ = nullptr;
+  static inline std::string* good_ = nullptr;
+};
+
+// Hand-built GGUF bytes: header with one tensor description and nothing else.
+std::string tiny_gguf_with_tensor(uint64_t dim0, uint64_t dim1, uint32_t type, uint64_t offset) {
+  std::string b;
+  auto u32 = [&](uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); };
+  b += "GGUF";
+  u32(3);
+  u64(1);  // tensors
+  u64(1);  // kv
+  const std::string key = "general.architecture", val = "llama";
+  u64(key.size());
+  b += key;
+  u32(8);
+  u64(val.size());
+  b += val;
+  const std::string name = "token_embd.weight";
+  u64(name.size());
+  b += name;
+  u32(2);
+  u64(dim0);
+  u64(dim1);
+  u32(type);
+  u64(offset);
+  while (b.size() % 32) b.push_back('\0');
+  b.append(256, '\x11');
+  return b;
+}
+
+std::string write_bytes(const std::string& name, const std::string& bytes) {
+  const fs::path p = fs::temp_directory_path() / name;
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p.string();
+}
+
+TEST_F(CliBadInput, GoodModelRuns) {
+  auto r = run_frugal("run -m " + *good_ + " -p 'hello' -n 4 --temp 0");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(CliBadInput, MissingFile) { expect_clean_failure(run_frugal("run -m /nonexistent/x.gguf -p hi"), "x.gguf"); }
+
+TEST_F(CliBadInput, TruncatedFile) {
+  const std::string p = variant("truncated.gguf", [](std::string& b) { b.resize(b.size() / 2); });
+  expect_clean_failure(run_frugal("run -m " + p + " -p hi"), "truncated.gguf");
+}
+
+TEST_F(CliBadInput, TruncatedHeader) {
+  const std::string p = variant("trunc_header.gguf", [](std::string& b) { b.resize(40); });
+  expect_clean_failure(run_frugal("run -m " + p + " -p hi"), "trunc_header.gguf");
+}
+
+TEST_F(CliBadInput, WrongMagic) {
+  const std::string p = variant("magic.gguf", [](std::string& b) { std::memcpy(b.data(), "GGML", 4); });
+  expect_clean_failure(run_frugal("run -m " + p + " -p hi"), "magic");
+}
+
+TEST_F(CliBadInput, OffsetPastEnd) {
+  const std::string p = write_bytes("frugal_offset.gguf", tiny_gguf_with_tensor(8, 4, 0, 1ull << 40));
+  expect_clean_failure(run_frugal("info -m " + p), "token_embd.weight");
+}
+
+TEST_F(CliBadInput, AbsurdDimension) {
+  const std::string p = write_bytes("frugal_dims.gguf", tiny_gguf_with_tensor(1ull << 50, 1ull << 20, 0, 0));
+  expect_clean_failure(run_frugal("info -m " + p), "token_embd.weight");
+}
+
+TEST_F(CliBadInput, UnknownType) {
+  const std::string p = write_bytes("frugal_type.gguf", tiny_gguf_with_tensor(8, 4, 99, 0));
+  expect_clean_failure(run_frugal("info -m " + p), "99");
+}
+
+TEST_F(CliBadInput, MissingTensor) {
+  const std::string p = rewritten("missing.gguf", "blk.1.ffn_up.weight", {});
+  expect_clean_failure(run_frugal("run -m " + p + " -p hi"), "blk.1.ffn_up.weight");
+}
+
+TEST_F(CliBadInput, UnsupportedArchitecture) {
+  const std::string p = rewritten("arch.gguf", "", {{"general.architecture", "falcon-h9"}});
+  expect_clean_failure(run_frugal("run -m " + p + " -p hi"), "falcon-h9");
+}
+
+TEST_F(CliBadInput, PromptLongerThanContext) {
+  expect_clean_failure(run_frugal("run -m " + *good_ + " -c 8 -p 'one two three four five six seven eight nine ten'"),
+                       "context");
+}
+
+TEST_F(CliBadInput, InvalidUtf8Prompt) {
+  expect_clean_failure(run_frugal("run -m " + *good_ + " -p \"$(printf 'ab\\377\\376cd')\""), "UTF-8");
+}
+
+TEST_F(CliBadInput, InvalidSamplingParameter) {
+  expect_clean_failure(run_frugal("run -m " + *good_ + " -p hi --top-p 3"), "top_p");
+}
+
+}  // namespace
+}  // namespace frugal

@@ -1,0 +1,129 @@
+#include "frugal/kv/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "frugal/core/half.h"
+
+namespace frugal {
+namespace {
+
+KvCacheOptions small_opts(DType dtype) {
+  KvCacheOptions o;
+  o.n_layer = 2;
+  o.n_head_kv = 3;
+  o.head_dim = 8;
+  o.n_seq = 2;
+  o.capacity = 5;
+  o.dtype = dtype;
+  return o;
+}
+
+std::vector<float> random_row(std::mt19937& rng, int n) {
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TEST(KvCache, RejectsBadOptions) {
+  KvCacheOptions o = small_opts(DType::kF16);
+  o.capacity = 0;
+  auto c = KvCache::create(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::kInvalidArgument);
+  o = small_opts(DType::kQ4_0);
+  EXPECT_EQ(KvCache::create(o).status().code(), ErrorCode::kNotSupported);
+}
+
+TEST(KvCache, AppendStoresRowsPerHeadAndPositions) {
+  for (DType dt : {DType::kF32, DType::kF16}) {
+    auto c = KvCache::create(small_opts(dt));
+    ASSERT_TRUE(c.ok());
+    std::mt19937 rng(7);
+    const int kv_dim = 3 * 8;
+    std::vector<std::vector<float>> ks, vs;
+    for (int p = 0; p < 4; ++p) {
+      ks.push_back(random_row(rng, kv_dim));
+      vs.push_back(random_row(rng, kv_dim));
+      ASSERT_TRUE(c->append(1, 1, p * 2, ks.back().data(), vs.back().data()).ok());
+    }
+    EXPECT_EQ(c->size(1, 1, 2), 4);
+    EXPECT_EQ(c->size(0, 1, 2), 0);
+    EXPECT_EQ(c->size(1, 0, 2), 0);
+    EXPECT_EQ(c->positions(1, 1, 2)[3], 6);
+    for (int h = 0; h < 3; ++h) {
+      for (int t = 0; t < 4; ++t) {
+        for (int d = 0; d < 8; ++d) {
+          const float want_k = ks[t][h * 8 + d], want_v = vs[t][h * 8 + d];
+          float got_k, got_v;
+          if (dt == DType::kF32) {
+            got_k = static_cast<const float*>(c->keys(1, 1, h))[t * 8 + d];
+            got_v = static_cast<const float*>(c->values(1, 1, h))[t * 8 + d];
+            EXPECT_EQ(got_k, want_k);
+            EXPECT_EQ(got_v, want_v);
+          } else {
+            got_k = fp16_to_f32(static_cast<const uint16_t*>(c->keys(1, 1, h))[t * 8 + d]);
+            got_v = fp16_to_f32(static_cast<const uint16_t*>(c->values(1, 1, h))[t * 8 + d]);
+            EXPECT_EQ(got_k, fp16_to_f32(f32_to_fp16(want_k)));
+            EXPECT_EQ(got_v, fp16_to_f32(f32_to_fp16(want_v)));
+          }
+        }
+      }
+    }
+    EXPECT_EQ(c->used_bytes(), 4u * 3 * c->row_bytes() * 2);
+  }
+}
+
+TEST(KvCache, FullHeadIsOverBudget) {
+  auto c = KvCache::create(small_opts(DType::kF16));
+  ASSERT_TRUE(c.ok());
+  std::vector<float> row(24, 0.5f);
+  for (int p = 0; p < 5; ++p) ASSERT_TRUE(c->append(0, 0, p, row.data(), row.data()).ok());
+  Status st = c->append(0, 0, 5, row.data(), row.data());
+  EXPECT_EQ(st.code(), ErrorCode::kOverBudget);
+  EXPECT_EQ(c->append(0, 7, 0, row.data(), row.data()).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(KvCache, TruncateDropsSuffixEverywhere) {
+  auto c = KvCache::create(small_opts(DType::kF32));
+  ASSERT_TRUE(c.ok());
+  std::vector<float> row(24, 1.f);
+  for (int l = 0; l < 2; ++l) {
+    for (int p = 0; p < 5; ++p) ASSERT_TRUE(c->append(l, 0, p, row.data(), row.data()).ok());
+  }
+  EXPECT_EQ(c->max_pos(0), 4);
+  c->truncate(0, 2);
+  EXPECT_EQ(c->max_pos(0), 1);
+  for (int l = 0; l < 2; ++l) EXPECT_EQ(c->size(l, 0, 1), 2);
+  c->clear(0);
+  EXPECT_EQ(c->max_pos(0), -1);
+}
+
+TEST(KvCache, KeepTokensCompactsOneHeadOnly) {
+  auto c = KvCache::create(small_opts(DType::kF32));
+  ASSERT_TRUE(c.ok());
+  std::mt19937 rng(3);
+  std::vector<std::vector<float>> ks;
+  for (int p = 0; p < 5; ++p) {
+    ks.push_back(random_row(rng, 24));
+    ASSERT_TRUE(c->append(0, 0, 10 + p, ks.back().data(), ks.back().data()).ok());
+  }
+  c->keep_tokens(0, 0, 1, {0, 2, 4});
+  EXPECT_EQ(c->size(0, 0, 1), 3);
+  EXPECT_EQ(c->size(0, 0, 0), 5);
+  const int32_t* p = c->positions(0, 0, 1);
+  EXPECT_EQ(p[0], 10);
+  EXPECT_EQ(p[1], 12);
+  EXPECT_EQ(p[2], 14);
+  const float* k = static_cast<const float*>(c->keys(0, 0, 1));
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(k[2 * 8 + d], ks[4][8 + d]);
+  // Positions keep counting after compaction; the freed rows are reused.
+  ASSERT_TRUE(c->append(0, 0, 15, ks[0].data(), ks[0].data()).ok());
+  EXPECT_EQ(c->size(0, 0, 1), 4);
+  EXPECT_EQ(c->positions(0, 0, 1)[3], 15);
+}
+
+}  // namespace
+}  // namespace frugal
