@@ -119,7 +119,10 @@ TEST(KvCache, KeepTokensCompactsOneHeadOnly) {
   EXPECT_EQ(p[2], 14);
   const float* k = static_cast<const float*>(c->keys(0, 0, 1));
   for (int d = 0; d < 8; ++d) EXPECT_EQ(k[2 * 8 + d], ks[4][8 + d]);
-  // Positions keep counting after compaction; the freed rows are reused.
+  // Positions keep counting after compaction; the freed rows are reused (every head needs room).
+  c->keep_tokens(0, 0, 0, {1, 2, 3, 4});
+  c->keep_tokens(0, 0, 2, {0, 1, 2, 3});
+  EXPECT_EQ(c->positions(0, 0, 0)[0], 11);
   ASSERT_TRUE(c->append(0, 0, 15, ks[0].data(), ks[0].data()).ok());
   EXPECT_EQ(c->size(0, 0, 1), 4);
   EXPECT_EQ(c->positions(0, 0, 1)[3], 15);
