@@ -20,6 +20,16 @@ function(frugal_module name)
   target_link_libraries(frugal_${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
+# The small real models tests read: ../shared/models beside the checkout, or the workplace copy
+# when the checkout lives elsewhere (a clean clone in a temporary folder).
+if(EXISTS ${PROJECT_SOURCE_DIR}/../shared/models)
+  get_filename_component(FRUGAL_SHARED_MODELS ${PROJECT_SOURCE_DIR}/../shared/models ABSOLUTE)
+elseif(EXISTS /work/shared/models)
+  set(FRUGAL_SHARED_MODELS /work/shared/models)
+else()
+  set(FRUGAL_SHARED_MODELS ${PROJECT_SOURCE_DIR}/../shared/models)
+endif()
+
 # frugal_test(NAME DEPS dep...): one GoogleTest binary per folder of tests/.
 function(frugal_test name)
   cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
@@ -33,7 +43,7 @@ function(frugal_test name)
   target_link_libraries(${name}_tests PRIVATE ${ARG_DEPS} GTest::gtest_main)
   target_compile_definitions(${name}_tests PRIVATE
     FRUGAL_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-    FRUGAL_SHARED_MODELS_DIR="${PROJECT_SOURCE_DIR}/../shared/models"
+    FRUGAL_SHARED_MODELS_DIR="${FRUGAL_SHARED_MODELS}"
     FRUGAL_BINARY_DIR="${CMAKE_BINARY_DIR}")
   gtest_discover_tests(${name}_tests DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${name})
 endfunction()
