@@ -1,0 +1,54 @@
+// Q5_0: Q4_0 with a fifth bit per element in qh (bit e of a LE u32); y = d*(q - 16), d = max/-16.
+#include <algorithm>
+#include <cstring>
+
+#include "frugal/core/half.h"
+#include "frugal/quant/blocks.h"
+#include "frugal/quant/ref_util.h"
+#include "frugal/quant/reference.h"
+
+namespace frugal::quant {
+void dequantize_q5_0_ref(const void* src, float* dst, int64_t n) {
+  const BlockQ5_0* b = static_cast<const BlockQ5_0*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int q[kQK];
+    unpack_codes_q5(b[i].qs, b[i].qh, q);
+    const float d = fp16_to_f32(b[i].d);
+    for (int j = 0; j < kQK; ++j) dst[i * kQK + j] = d * (q[j] - 16);
+  }
+}
+
+void quantize_q5_0_ref(const float* src, void* dst, int64_t n) {
+  BlockQ5_0* b = static_cast<BlockQ5_0*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float* x = src + i * kQK;
+    const float d = signed_absmax(x, kQK) / -16.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    b[i].d = f32_to_fp16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
+      const int hi = std::min(31, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 16.5f)));
+      b[i].qs[j] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      qh |= static_cast<uint32_t>(lo >> 4) << j;
+      qh |= static_cast<uint32_t>(hi >> 4) << (j + 16);
+    }
+    std::memcpy(b[i].qh, &qh, 4);
+  }
+}
+
+void vec_dot_q5_0_q8_0_ref(int64_t n, float* s, const void* x, const void* y) {
+  const BlockQ5_0* bx = static_cast<const BlockQ5_0*>(x);
+  const BlockQ8_0* by = static_cast<const BlockQ8_0*>(y);
+  float sum = 0.f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int q[kQK];
+    unpack_codes_q5(bx[i].qs, bx[i].qh, q);
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += (q[j] - 16) * by[i].qs[j];
+    sum += static_cast<float>(sumi) * (fp16_to_f32(bx[i].d) * fp16_to_f32(by[i].d));
+  }
+  *s = sum;
+}
+
+}  // namespace frugal::quant

@@ -1,0 +1,65 @@
+// Q5_1: Q5_0's codes with an offset; y = d*q + m, m = block minimum, d = (max - min)/31.
+#include <algorithm>
+#include <cfloat>
+#include <cstring>
+
+#include "frugal/core/half.h"
+#include "frugal/quant/blocks.h"
+#include "frugal/quant/ref_util.h"
+#include "frugal/quant/reference.h"
+
+namespace frugal::quant {
+
+void dequantize_q5_1_ref(const void* src, float* dst, int64_t n) {
+  const BlockQ5_1* b = static_cast<const BlockQ5_1*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int q[kQK];
+    unpack_codes_q5(b[i].qs, b[i].qh, q);
+    const float d = fp16_to_f32(b[i].d);
+    const float m = fp16_to_f32(b[i].m);
+    for (int j = 0; j < kQK; ++j) dst[i * kQK + j] = d * q[j] + m;
+  }
+}
+
+void quantize_q5_1_ref(const float* src, void* dst, int64_t n) {
+  BlockQ5_1* b = static_cast<BlockQ5_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float* x = src + i * kQK;
+    float min = FLT_MAX;
+    float max = -FLT_MAX;
+    for (int j = 0; j < kQK; ++j) {
+      min = std::min(min, x[j]);
+      max = std::max(max, x[j]);
+    }
+    const float d = (max - min) / 31.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    b[i].d = f32_to_fp16(d);
+    b[i].m = f32_to_fp16(min);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = static_cast<uint8_t>((x[j] - min) * id + 0.5f);
+      const int hi = static_cast<uint8_t>((x[j + 16] - min) * id + 0.5f);
+      b[i].qs[j] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      qh |= static_cast<uint32_t>((lo & 0x10) >> 4) << j;
+      qh |= static_cast<uint32_t>((hi & 0x10) >> 4) << (j + 16);
+    }
+    std::memcpy(b[i].qh, &qh, 4);
+  }
+}
+
+void vec_dot_q5_1_q8_1_ref(int64_t n, float* s, const void* x, const void* y) {
+  const BlockQ5_1* bx = static_cast<const BlockQ5_1*>(x);
+  const BlockQ8_1* by = static_cast<const BlockQ8_1*>(y);
+  float sum = 0.f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int q[kQK];
+    unpack_codes_q5(bx[i].qs, bx[i].qh, q);
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += q[j] * by[i].qs[j];
+    sum += (fp16_to_f32(bx[i].d) * fp16_to_f32(by[i].d)) * static_cast<float>(sumi) +
+           fp16_to_f32(bx[i].m) * fp16_to_f32(by[i].s);
+  }
+  *s = sum;
+}
+
+}  // namespace frugal::quant

@@ -1,0 +1,125 @@
+// Q5_K: Q4_K with a fifth bit per code in qh: element l of the first half of chunk c is bit 2c
+// of qh[l], of the second half bit 2c+1. y = d*sc_j*q - dmin*m_j, q in [0, 31].
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "frugal/core/half.h"
+#include "frugal/quant/blocks.h"
+#include "frugal/quant/kquant_search.h"
+#include "frugal/quant/ref_util.h"
+#include "frugal/quant/reference.h"
+
+namespace frugal::quant {
+namespace {
+
+void unpack_codes(const BlockQ5_K& b, int* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int c = e / 64;
+    const bool second = (e % 64) >= 32;
+    const uint8_t byte = b.qs[32 * c + e % 32];
+    const int low = second ? (byte >> 4) : (byte & 0xF);
+    const int high = (b.qh[e % 32] >> (2 * c + (second ? 1 : 0))) & 1;
+    q[e] = low | (high << 4);
+  }
+}
+
+void quantize_block(const float* x, BlockQ5_K* y) {
+  uint8_t L[kQK_K];
+  float weights[kQK_K];
+  float scales[8];
+  float mins[8];
+  float sum_x2 = 0.f;
+  for (int e = 0; e < kQK_K; ++e) sum_x2 += x[e] * x[e];
+  const float av_x = std::sqrt(sum_x2 / kQK_K);
+  for (int e = 0; e < kQK_K; ++e) weights[e] = av_x + std::fabs(x[e]);
+  float max_scale = 0.f;
+  float max_min = 0.f;
+  for (int j = 0; j < 8; ++j) {
+    scales[j] = search_scale_min(32, 31, x + 32 * j, weights + 32 * j, L + 32 * j, &mins[j],
+                                 ScaleMinSearch{-0.5f, 0.1f, 15, false});
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
+  }
+  const float inv_scale = max_scale > 0.f ? 63.f / max_scale : 0.f;
+  const float inv_min = max_min > 0.f ? 63.f / max_min : 0.f;
+  uint8_t ls[8];
+  uint8_t lm[8];
+  for (int j = 0; j < 8; ++j) {
+    ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+    lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+  }
+  pack_scale_min_k4(ls, lm, y->scales);
+  y->d = f32_to_fp16(max_scale / 63.f);
+  y->dmin = f32_to_fp16(max_min / 63.f);
+  const float dq = fp16_to_f32(y->d);
+  const float dmq = fp16_to_f32(y->dmin);
+  for (int j = 0; j < 8; ++j) {
+    const float d = dq * ls[j];
+    if (d == 0.f) continue;
+    const float dm = dmq * lm[j];
+    for (int l = 0; l < 32; ++l) {
+      L[32 * j + l] = static_cast<uint8_t>(clamp_int(nearest_int((x[32 * j + l] + dm) / d), 0, 31));
+    }
+  }
+  std::memset(y->qh, 0, sizeof(y->qh));
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      const int lo = L[64 * c + l];
+      const int hi = L[64 * c + 32 + l];
+      y->qs[32 * c + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      y->qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_q5_k_ref(const void* src, float* dst, int64_t n) {
+  const BlockQ5_K* b = static_cast<const BlockQ5_K*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int q[kQK_K];
+    unpack_codes(b[i], q);
+    const float d = fp16_to_f32(b[i].d);
+    const float dmin = fp16_to_f32(b[i].dmin);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc;
+      uint8_t m;
+      unpack_scale_min_k4(j, b[i].scales, &sc, &m);
+      const float d1 = d * sc;
+      const float m1 = dmin * m;
+      for (int l = 0; l < 32; ++l) dst[i * kQK_K + 32 * j + l] = d1 * q[32 * j + l] - m1;
+    }
+  }
+}
+
+void quantize_q5_k_ref(const float* src, void* dst, int64_t n) {
+  BlockQ5_K* b = static_cast<BlockQ5_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i) quantize_block(src + i * kQK_K, &b[i]);
+}
+
+void vec_dot_q5_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y) {
+  const BlockQ5_K* bx = static_cast<const BlockQ5_K*>(x);
+  const BlockQ8_K* by = static_cast<const BlockQ8_K*>(y);
+  float sum = 0.f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int q[kQK_K];
+    unpack_codes(bx[i], q);
+    int32_t isum = 0;
+    int32_t msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc;
+      uint8_t m;
+      unpack_scale_min_k4(j, bx[i].scales, &sc, &m);
+      int32_t sub = 0;
+      for (int l = 0; l < 32; ++l) sub += q[32 * j + l] * by[i].qs[32 * j + l];
+      isum += sc * sub;
+      msum += m * (by[i].bsums[2 * j] + by[i].bsums[2 * j + 1]);
+    }
+    sum += fp16_to_f32(bx[i].d) * by[i].d * static_cast<float>(isum) -
+           fp16_to_f32(bx[i].dmin) * by[i].d * static_cast<float>(msum);
+  }
+  *s = sum;
+}
+
+}  // namespace frugal::quant

@@ -1,0 +1,51 @@
+// Scalar reference conversions and dot products, one .cc per format. They are the oracle for
+// the SIMD kernels and define the bytes we write: the 32-element formats and Q8_K quantize
+// exactly as ggml's reference code; the K-quants and IQ4_NL use a weighted least-squares
+// search of the same family (codes may differ from llama-quantize, the layout does not).
+#pragma once
+
+#include <cstdint>
+
+namespace frugal::quant {
+
+// Signatures follow type_traits.h: to_float(src, dst, n), from_float(src, dst, n),
+// vec_dot(n, s, x, y). n is a multiple of the block size.
+#define FRUGAL_QUANT_DECLARE_REF(name)                              \
+  void dequantize_##name##_ref(const void* src, float* dst, int64_t n); \
+  void quantize_##name##_ref(const float* src, void* dst, int64_t n)
+
+FRUGAL_QUANT_DECLARE_REF(f32);
+FRUGAL_QUANT_DECLARE_REF(f16);
+FRUGAL_QUANT_DECLARE_REF(bf16);
+FRUGAL_QUANT_DECLARE_REF(q8_0);
+FRUGAL_QUANT_DECLARE_REF(q8_1);
+FRUGAL_QUANT_DECLARE_REF(q8_k);
+FRUGAL_QUANT_DECLARE_REF(q4_0);
+FRUGAL_QUANT_DECLARE_REF(q4_1);
+FRUGAL_QUANT_DECLARE_REF(q5_0);
+FRUGAL_QUANT_DECLARE_REF(q5_1);
+FRUGAL_QUANT_DECLARE_REF(q2_k);
+FRUGAL_QUANT_DECLARE_REF(q3_k);
+FRUGAL_QUANT_DECLARE_REF(q4_k);
+FRUGAL_QUANT_DECLARE_REF(q5_k);
+FRUGAL_QUANT_DECLARE_REF(q6_k);
+FRUGAL_QUANT_DECLARE_REF(iq4_nl);
+
+#undef FRUGAL_QUANT_DECLARE_REF
+
+void vec_dot_f32_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_f16_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_bf16_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q8_0_q8_0_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q4_0_q8_0_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q4_1_q8_1_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q5_0_q8_0_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q5_1_q8_1_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_iq4_nl_q8_0_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q2_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q3_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q4_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q5_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_q6_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
+
+}  // namespace frugal::quant
