@@ -1,0 +1,74 @@
+// Counting over the whole context: code words ("ZORP.") occur 1-9 times each at random places in
+// filler, next to distractor code words that are not asked for. Every occurrence matters, so the
+// answer depends on content spread over the whole prompt.
+#include <algorithm>
+
+#include "frugal/eval/tasks/families.h"
+#include "frugal/eval/tasks/text_builder.h"
+
+namespace frugal::eval {
+
+namespace {
+
+constexpr int64_t kMaxWords = 4;
+constexpr int64_t kMaxDistractors = 4;
+constexpr int64_t kMaxCount = 9;
+
+class WordCountTask final : public TaskGenerator {
+ public:
+  std::string_view name() const override { return "word_count"; }
+  std::string_view description() const override {
+    return "count how often each of 1-3 code words occurs among filler and distractor words";
+  }
+  bool supports_depth() const override { return false; }
+  std::vector<TaskParam> params() const override {
+    return {{"words", 1, kMaxWords, "code words asked for (default 1-3)"},
+            {"distractors", 0, kMaxDistractors, "code words present but not asked (default 0-2)"},
+            {"max_count", 1, kMaxCount, "largest count (default: up to 9, less if short)"}};
+  }
+
+  Result<TaskDraft> generate(const TaskContext& ctx) const override {
+    TaskRng rng(ctx.generator_seed, kContentStream);
+    const int64_t words = param_or_draw(ctx, "words", rng, 1, 3);
+    const int64_t distractors = param_or_draw(ctx, "distractors", rng, 0, 2);
+    const int64_t n = words + distractors;
+    // Occurrences that fit while a fifth of the length stays filler.
+    const int64_t room = (ctx.length * 4 / 5 - 49 - 15 * words) / 6;
+    const int64_t max_count = ctx.param("max_count")
+                                  ? *ctx.param("max_count")
+                                  : std::clamp<int64_t>(room / n, 1, kMaxCount);
+    const auto names = distinct_names(rng, static_cast<size_t>(n), 4);
+    std::vector<int64_t> counts(static_cast<size_t>(n));
+    for (auto& c : counts) c = rng.range(1, max_count);
+    std::vector<size_t> slots;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      slots.insert(slots.end(), static_cast<size_t>(counts[i]), i);
+    }
+    rng.shuffle(slots);
+
+    PromptParts parts;
+    parts.header = "Count how often each code word appears.";
+    for (size_t i : slots) parts.items.push_back(names[i] + ".");
+    parts.question = "Count ";
+    std::string final_answer;
+    for (int64_t w = 0; w < words; ++w) {  // names[0..words) are asked, in this order
+      const size_t i = static_cast<size_t>(w);
+      if (w > 0) {
+        parts.question += ", ";
+        final_answer += ' ';
+      }
+      parts.question += names[i];
+      parts.answer += names[i] + " " + std::to_string(counts[i]) + "\n";
+      final_answer += std::to_string(counts[i]);
+    }
+    parts.question += '.';
+    parts.answer += "A: " + final_answer;
+    return finish_draft(parts, ctx, name(), std::nullopt, final_answer);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<TaskGenerator> make_word_count_task() { return std::make_unique<WordCountTask>(); }
+
+}  // namespace frugal::eval
