@@ -38,6 +38,9 @@ class Tokenizer {
   TokenId eos() const { return eos_; }
   TokenId eot() const { return eot_; }  // -1 when absent
   bool add_bos() const { return add_bos_; }
+  // SPM vocabularies put a space before the text (tokenizer.ggml.add_space_prefix); the
+  // Detokenizer strips it again from the first piece, as llama.cpp's detokenize does.
+  bool add_space_prefix() const { return add_space_prefix_; }
   // True for EOS, EOT and other end-of-generation tokens.
   virtual bool is_eog(TokenId id) const = 0;
   virtual bool is_control(TokenId id) const = 0;
@@ -47,6 +50,7 @@ class Tokenizer {
  protected:
   TokenId bos_ = -1, eos_ = -1, eot_ = -1;
   bool add_bos_ = false;
+  bool add_space_prefix_ = false;
   std::string chat_template_;
 };
 
@@ -73,11 +77,34 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatTemplateKind { kChatml, kLlama2, kLlama3, kMistral, kZephyr };
+// Each kind renders exactly as llama.cpp's built-in template of the name chat_template_name()
+// gives. The [INST] family has several: kLlama2 is the Llama 2 format with a <<SYS>> block;
+// kMistral is the plain [INST] format without one (Mistral-7B-Instruct v0.1/v0.2 templates, which
+// llama.cpp calls "llama2"); the others are the variants llama.cpp tells apart by markers in the
+// template text. Values are stable; new kinds are appended.
+enum class ChatTemplateKind {
+  kChatml,
+  kLlama2,
+  kLlama3,
+  kMistral,
+  kZephyr,
+  kLlama2SysBos,    // <<SYS>>, and <s> before every later [INST]
+  kLlama2SysStrip,  // <<SYS>>, message contents trimmed
+  kMistralV1,
+  kMistralV3,
+  kMistralV3Tekken,
+  kMistralV7,
+};
 
-// Chooses the family from the template text (or its name); kNotSupported when nothing matches.
+// llama.cpp's name of the template ("chatml", "llama2-sys", "llama2", "mistral-v3", ...).
+const char* chat_template_name(ChatTemplateKind kind);
+
+// Chooses the family from the template text (or its name) with llama.cpp's rules;
+// kNotSupported when nothing matches or the family is one frugal does not render.
 Result<ChatTemplateKind> detect_chat_template(std::string_view template_text);
-// Renders the conversation; `add_generation_prompt` appends the assistant header.
+// Renders the conversation; `add_generation_prompt` appends the assistant header (the [INST]
+// formats have none). `bos_text` / `eos_text` stand where llama.cpp's [INST] templates write <s>
+// and </s>.
 std::string apply_chat_template(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt, std::string_view bos_text,
                                 std::string_view eos_text);
