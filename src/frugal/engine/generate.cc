@@ -61,7 +61,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   res.timings.prefill_ms = ms_since(t_prefill);
   res.timings.prefill_tokens = static_cast<int64_t>(prompt.size());
 
-  Detokenizer detok(tok);
+  Detokenizer detok(tok, /*render_special=*/false, /*strip_space_prefix=*/false);
   std::string pending;  // text not yet delivered (may hold a partial stop string)
   bool stopped_by_client = false;
   const auto emit = [&](bool final) {
@@ -118,6 +118,75 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   if (res.stop_reason != "stop") pending += detok.finish();
   emit(true);
   return res;
+}
+
+}  // namespace frugal
+
+namespace frugal {
+namespace {
+
+Result<double> parse_number(const std::string& name, const std::string& value) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(value, &used);
+    if (used != value.size()) throw std::invalid_argument(value);
+    return v;
+  } catch (const std::exception&) {
+    return error(ErrorCode::kInvalidArgument, "option {}: '{}' is not a number", name, value);
+  }
+}
+
+Result<int32_t> parse_int(const std::string& name, const std::string& value) {
+  FRUGAL_ASSIGN_OR_RETURN(double v, parse_number(name, value));
+  if (v != static_cast<double>(static_cast<int64_t>(v)) || v < INT32_MIN || v > INT32_MAX) {
+    return error(ErrorCode::kInvalidArgument, "option {}: '{}' is not a 32-bit integer", name, value);
+  }
+  return static_cast<int32_t>(v);
+}
+
+}  // namespace
+
+std::vector<std::string> generate_option_names() {
+  return {"kv-type", "temp", "top-k", "top-p", "min-p", "seed", "n-batch", "ctx-size", "n-predict"};
+}
+
+Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value) {
+  if (name == "kv-type") {
+    if (value == "f16") o.kv_dtype = DType::kF16;
+    else if (value == "f32") o.kv_dtype = DType::kF32;
+    else return error(ErrorCode::kInvalidArgument, "option kv-type: '{}' is not f16 or f32", value);
+    return ok_status();
+  }
+  if (name == "temp" || name == "top-p" || name == "min-p") {
+    FRUGAL_ASSIGN_OR_RETURN(double v, parse_number(name, value));
+    (name == "temp" ? o.sampling.temperature : name == "top-p" ? o.sampling.top_p : o.sampling.min_p) =
+        static_cast<float>(v);
+    return validate(o.sampling);
+  }
+  if (name == "top-k") {
+    FRUGAL_ASSIGN_OR_RETURN(o.sampling.top_k, parse_int(name, value));
+    return validate(o.sampling);
+  }
+  if (name == "seed") {
+    FRUGAL_ASSIGN_OR_RETURN(int32_t v, parse_int(name, value));
+    o.sampling.seed = static_cast<uint64_t>(v);
+    return ok_status();
+  }
+  if (name == "n-batch" || name == "ctx-size" || name == "n-predict") {
+    FRUGAL_ASSIGN_OR_RETURN(int32_t v, parse_int(name, value));
+    if (name != "n-predict" && v <= 0) return error(ErrorCode::kInvalidArgument, "option {}: must be positive", name);
+    (name == "n-batch" ? o.n_batch : name == "ctx-size" ? o.n_ctx : o.n_predict) = v;
+    return ok_status();
+  }
+  std::string known;
+  for (const auto& n : generate_option_names()) known += (known.empty() ? "" : ", ") + n;
+  return error(ErrorCode::kInvalidArgument, "unknown option '{}' (known: {})", name, known);
+}
+
+std::string describe_generate_options(const GenerateOptions& o) {
+  return fmt::format("kv-type={} temp={} top-k={} top-p={} min-p={} seed={} n-batch={} ctx-size={}",
+                     dtype_name(o.kv_dtype), o.sampling.temperature, o.sampling.top_k, o.sampling.top_p,
+                     o.sampling.min_p, o.sampling.seed, o.n_batch, o.n_ctx);
 }
 
 }  // namespace frugal

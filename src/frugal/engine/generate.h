@@ -50,3 +50,16 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
                                 const TextCallback& on_text = nullptr);
 
 }  // namespace frugal
+
+namespace frugal {
+
+// Sets one generation option by its CLI name ("kv-type", "temp", "top-k", "top-p", "min-p",
+// "seed", "n-batch", "ctx-size", "n-predict"), so `eval --sweep NAME=v1,v2` and reference
+// configurations can name any of them. kInvalidArgument names the option and the bad value.
+Status set_generate_option(GenerateOptions& opts, const std::string& name, const std::string& value);
+// The names set_generate_option accepts.
+std::vector<std::string> generate_option_names();
+// "kv-type=f16 temp=0 ..." for reports.
+std::string describe_generate_options(const GenerateOptions& opts);
+
+}  // namespace frugal
