@@ -1,0 +1,74 @@
+// The CPU backend: ops of backend.h on host memory, parallelized over a persistent thread pool.
+// Internal header: the rest of frugal reaches it through make_cpu_backend().
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frugal/backend/backend.h"
+#include "frugal/core/thread_pool.h"
+
+namespace frugal {
+struct TypeTraits;
+
+namespace cpu {
+
+// A 64-byte aligned byte buffer that only grows, so steady-state calls never allocate.
+class AlignedBuffer {
+ public:
+  void* ensure(size_t bytes);
+  void* data() const { return p_.get(); }
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> p_;
+  size_t size_ = 0;
+};
+
+// One attention work item: tokens [t0, t0 + nt) of one sequence against KV head `group`.
+struct AttentionItem {
+  int32_t t0;
+  int32_t nt;
+  int32_t group;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads);
+
+  std::string name() const override { return "cpu"; }
+  int n_threads() const override { return pool_.size(); }
+
+  void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override;
+  void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override;
+  void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps,
+                float* y) override;
+  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+            const RopeParams& p) override;
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos,
+                 int64_t n, const AttentionParams& p, float* out) override;
+
+ private:
+  // Per-thread scratch of at least `bytes`, grown on the calling thread before a dispatch.
+  void ensure_thread_scratch(size_t bytes);
+  float* thread_scratch(int thread) const { return static_cast<float*>(scratch_[thread].data()); }
+  // matmul through to_float + float dots, for types without a dot kernel.
+  void matmul_dequant(const WeightTensor& w, const TypeTraits* tt, const float* x, int64_t n, float* y,
+                      const float* bias);
+
+  ThreadPool pool_;
+  std::vector<AlignedBuffer> scratch_;  // [thread]
+  size_t scratch_bytes_ = 0;
+  AlignedBuffer act_;                   // activations converted to the weight's vec_dot_type
+  std::vector<AttentionItem> items_;
+};
+
+}  // namespace cpu
+}  // namespace frugal
