@@ -55,6 +55,7 @@ def parse_args():
     p.add_argument("--default-shape", default="6,384,6,2,768", help="layers,dim,heads,kv_heads,ffn")
     p.add_argument("--draft-shape", default="2,256,4,2,512")
     p.add_argument("--no-draft", action="store_true")
+    p.add_argument("--draft-every", type=int, default=2, help="train the draft on every k-th batch")
     p.add_argument("--eval-n", type=int, default=100)
     p.add_argument("--eval-lengths", default="256,512,1024,2048")
     p.add_argument("--draft-eval-n", type=int, default=50)
@@ -225,6 +226,8 @@ def main():
         x, y, mk = batches.next(L, n_rows)
         rec = {"step": step, "t": round(elapsed, 1), "L": L}
         for n, m in models.items():
+            if n == "draft" and step % a.draft_every != 0:
+                continue
             for g in opts[n].param_groups:
                 g["lr"] = lrs[n] * lr_factor(step, progress, a.warmup_steps, a.min_lr_frac)
             with evaluate.amp(a.device):
@@ -241,7 +244,7 @@ def main():
         if step % 25 == 0 or step == 1:
             now = time.time()
             parts = []
-            for n in models:
+            for n in [n for n in models if n in rec]:
                 l, al, pl, gn = (float(v) for v in rec[n])
                 rec[n] = [round(l, 4), round(al, 4), round(pl, 4), round(gn, 3)]
                 parts.append("%s loss %.4f ans %.4f prompt %.4f gn %.2f" % (n, l, al, pl, gn))
