@@ -57,17 +57,17 @@ TEST(QuantLayout, Q5_0HighBitsAreLittleEndianU32) {
   b[5] = 0x80;       // bit 31: element 31
   b[6 + 15] = 0xF0;  // element 31 low bits 15
   const auto y = decode(DType::kQ5_0, b.data());
-  EXPECT_EQ(y[0], 0.f);           // code 16
-  EXPECT_EQ(y[31], 2.f * 15);     // code 31
-  EXPECT_EQ(y[16], 2.f * -16);    // code 0
+  EXPECT_EQ(y[0], 0.f);         // code 16
+  EXPECT_EQ(y[31], 2.f * 15);   // code 31
+  EXPECT_EQ(y[16], 2.f * -16);  // code 0
 }
 
 TEST(QuantLayout, Q5_1Offset) {
   std::array<uint8_t, 24> b{};
   put_f16(&b[0], 1.f);
   put_f16(&b[2], 0.5f);
-  b[4 + 2] = 0x02;   // bit 17: element 17
-  b[8 + 1] = 0x3C;   // element 1 -> 12, element 17 -> 3 | 16
+  b[4 + 2] = 0x02;  // bit 17: element 17
+  b[8 + 1] = 0x3C;  // element 1 -> 12, element 17 -> 3 | 16
   const auto y = decode(DType::kQ5_1, b.data());
   EXPECT_EQ(y[1], 12.5f);
   EXPECT_EQ(y[17], 19.5f);
@@ -86,7 +86,8 @@ TEST(QuantLayout, Q8_0AndQ8_1) {
 }
 
 TEST(QuantLayout, IQ4_NLGrid) {
-  static const int kGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  static const int kGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                1,    13,   25,  38,  53,  69,  89,  113};
   std::array<uint8_t, 18> b{};
   put_f16(&b[0], 0.5f);
   for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
@@ -113,8 +114,8 @@ TEST(QuantLayout, Q2_KCodeAndScalePositions) {
 
 TEST(QuantLayout, Q3_KHmaskAndScales) {
   std::array<uint8_t, 110> b{};
-  b[5] = 0b00000100;  // hmask[5] bit 2: element 2*32 + 5 = 69
-  for (int i = 0; i < 8; ++i) b[96 + i] = 0x11;  // low nibbles of raw scale 33
+  b[5] = 0b00000100;                              // hmask[5] bit 2: element 2*32 + 5 = 69
+  for (int i = 0; i < 8; ++i) b[96 + i] = 0x11;   // low nibbles of raw scale 33
   for (int i = 8; i < 12; ++i) b[96 + i] = 0xAA;  // high bits 0b10 of each
   put_f16(&b[108], 1.f);
   const auto y = decode(DType::kQ3_K, b.data());
@@ -162,8 +163,8 @@ TEST(QuantLayout, Q5_KHighBits) {
 
 TEST(QuantLayout, Q6_KNibblesAndHighBits) {
   std::array<uint8_t, 210> b{};
-  b[0] = 0x21;         // element 0 low 1, element 64 low 2
-  b[32] = 0x43;        // element 32 low 3, element 96 low 4
+  b[0] = 0x21;          // element 0 low 1, element 64 low 2
+  b[32] = 0x43;         // element 32 low 3, element 96 low 4
   b[128] = 0b11100100;  // high bits: element 0 -> 0, 32 -> 1, 64 -> 2, 96 -> 3
   for (int j = 0; j < 16; ++j) b[192 + j] = 1;
   b[192 + 6] = static_cast<uint8_t>(-2);  // sub-block 6 (elements 96..111)
@@ -220,7 +221,8 @@ TEST(QuantLayout, RandomQ4_KAndQ5_KBlocks) {
         const int l = e % 32;
         const bool upper = (e % 64) >= 32;
         qs[32 * c + l] |= static_cast<uint8_t>((k.q[e] & 15) << (upper ? 4 : 0));
-        if (five && (k.q[e] >> 4)) b[16 + l] |= static_cast<uint8_t>(1 << (2 * c + (upper ? 1 : 0)));
+        if (five && (k.q[e] >> 4))
+          b[16 + l] |= static_cast<uint8_t>(1 << (2 * c + (upper ? 1 : 0)));
       }
       const auto y = decode(five ? DType::kQ5_K : DType::kQ4_K, b.data());
       for (int e = 0; e < 256; ++e) {
@@ -237,11 +239,13 @@ TEST(QuantLayout, RandomQ2_KQ3_KQ6_KBlocks) {
       const KCodes k = random_codes(rng, 3, 16, 15, 15);
       std::vector<uint8_t> b(84, 0);
       for (int j = 0; j < 16; ++j) b[j] = static_cast<uint8_t>(k.sc[j] | (k.m[j] << 4));
-      for (int e = 0; e < 256; ++e) b[16 + 32 * (e / 128) + e % 32] |= static_cast<uint8_t>(k.q[e] << (2 * ((e % 128) / 32)));
+      for (int e = 0; e < 256; ++e)
+        b[16 + 32 * (e / 128) + e % 32] |= static_cast<uint8_t>(k.q[e] << (2 * ((e % 128) / 32)));
       put_f16(&b[80], 0.5f);
       put_f16(&b[82], 0.25f);
       const auto y = decode(DType::kQ2_K, b.data());
-      for (int e = 0; e < 256; ++e) ASSERT_EQ(y[e], 0.5f * k.sc[e / 16] * k.q[e] - 0.25f * k.m[e / 16]) << e;
+      for (int e = 0; e < 256; ++e)
+        ASSERT_EQ(y[e], 0.5f * k.sc[e / 16] * k.q[e] - 0.25f * k.m[e / 16]) << e;
     }
     {  // Q3_K: codes q in [-4, 3], scales in [-32, 31]
       const KCodes k = random_codes(rng, 7, 16, 63, 0);
@@ -390,7 +394,7 @@ TEST(QuantReferenceRounding, Q4_1AndQ5_1UseMinAndRange) {
   EXPECT_EQ(q[4 + 2] & 15, 2);
   EXPECT_EQ(q[4 + 3] & 15, 1);
   EXPECT_EQ(q[4 + 4] & 15, 1);  // x = 0 -> 1.5 -> 1
-  x[1] = 30.f;  // range 31: d = 1
+  x[1] = 30.f;                  // range 31: d = 1
   std::array<uint8_t, 24> r{};
   type_traits(DType::kQ5_1)->from_float_ref(x.data(), r.data(), 32);
   EXPECT_EQ(r[8 + 1] & 15, 15);  // code 31: low nibble 15, fifth bit set
@@ -408,7 +412,9 @@ TEST(QuantReferenceRounding, Q5_0SignedMaxMapsToZero) {
   uint32_t qh;
   std::memcpy(&qh, &q[2], 4);
   const uint8_t* qs = &q[6];
-  auto code = [&](int e) { return (e < 16 ? (qs[e] & 15) : (qs[e - 16] >> 4)) | (((qh >> e) & 1) << 4); };
+  auto code = [&](int e) {
+    return (e < 16 ? (qs[e] & 15) : (qs[e - 16] >> 4)) | (((qh >> e) & 1) << 4);
+  };
   EXPECT_EQ(code(0), 0);
   EXPECT_EQ(code(1), 31);  // trunc(15 + 16.5)
   EXPECT_EQ(code(2), 15);  // trunc(-1 + 16.5)

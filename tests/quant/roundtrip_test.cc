@@ -29,22 +29,21 @@ struct ErrorBound {
 // RMSE s/sqrt(12), i.e. 0.29/(2^bits - 1) of the range.
 const std::map<DType, ErrorBound>& bounds() {
   static const std::map<DType, ErrorBound> b = {
-      {DType::kF32, {0.0, 0.0}},
-      {DType::kF16, {3e-4, 2e-4}},         // measured 0.00022, 0.00015
-      {DType::kBF16, {2.5e-3, 1.6e-3}},    // 0.00179, 0.00122
-      {DType::kQ8_0, {0.0072, 0.0035}},    // 0.00568, 0.00272
-      {DType::kQ8_1, {0.0072, 0.0035}},    // 0.00568, 0.00272
-      {DType::kQ8_K, {0.009, 0.0025}},     // 0.00710, 0.00180
-      {DType::kQ4_0, {0.11, 0.061}},       // 0.0875, 0.0486
-      {DType::kQ4_1, {0.105, 0.028}},      // 0.0844, 0.0220
-      {DType::kQ5_0, {0.055, 0.028}},      // 0.0438, 0.0224
-      {DType::kQ5_1, {0.05, 0.0125}},      // 0.0392, 0.0098
-      {DType::kQ2_K, {0.38, 0.043}},       // 0.306, 0.0337
-      {DType::kQ3_K, {0.195, 0.026}},      // 0.155, 0.0203
-      {DType::kQ4_K, {0.09, 0.0115}},      // 0.0723, 0.0091
-      {DType::kQ5_K, {0.045, 0.0056}},     // 0.0362, 0.0045
-      {DType::kQ6_K, {0.023, 0.0032}},     // 0.0181, 0.0025
-      {DType::kIQ4_NL, {0.10, 0.055}},     // 0.0806, 0.0439
+      {DType::kF32, {0.0, 0.0}},        {DType::kF16, {3e-4, 2e-4}},  // measured 0.00022, 0.00015
+      {DType::kBF16, {2.5e-3, 1.6e-3}},                               // 0.00179, 0.00122
+      {DType::kQ8_0, {0.0072, 0.0035}},                               // 0.00568, 0.00272
+      {DType::kQ8_1, {0.0072, 0.0035}},                               // 0.00568, 0.00272
+      {DType::kQ8_K, {0.009, 0.0025}},                                // 0.00710, 0.00180
+      {DType::kQ4_0, {0.11, 0.061}},                                  // 0.0875, 0.0486
+      {DType::kQ4_1, {0.105, 0.028}},                                 // 0.0844, 0.0220
+      {DType::kQ5_0, {0.055, 0.028}},                                 // 0.0438, 0.0224
+      {DType::kQ5_1, {0.05, 0.0125}},                                 // 0.0392, 0.0098
+      {DType::kQ2_K, {0.38, 0.043}},                                  // 0.306, 0.0337
+      {DType::kQ3_K, {0.195, 0.026}},                                 // 0.155, 0.0203
+      {DType::kQ4_K, {0.09, 0.0115}},                                 // 0.0723, 0.0091
+      {DType::kQ5_K, {0.045, 0.0056}},                                // 0.0362, 0.0045
+      {DType::kQ6_K, {0.023, 0.0032}},                                // 0.0181, 0.0025
+      {DType::kIQ4_NL, {0.10, 0.055}},                                // 0.0806, 0.0439
   };
   return b;
 }
@@ -57,7 +56,8 @@ double rms(const float* x, int64_t n) {
 
 double rms_diff(const float* x, const float* y, int64_t n) {
   double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+  for (int64_t i = 0; i < n; ++i)
+    s += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
   return std::sqrt(s / n);
 }
 
@@ -100,12 +100,17 @@ TEST(QuantRoundTrip, DegenerateBlocks) {
     const int64_t n = std::max<int64_t>(32, quant_test::block_size(t->type)) * 3;
     std::vector<float> x(static_cast<size_t>(n), 0.f);
     for (int64_t i = n / 3; i < 2 * n / 3; ++i) x[static_cast<size_t>(i)] = 0.75f;
-    for (int64_t i = 2 * n / 3; i < n; ++i) x[static_cast<size_t>(i)] = (i % 2 ? -1.f : 1.f) * 0.01f * (i % 7);
+    for (int64_t i = 2 * n / 3; i < n; ++i) {
+      x[static_cast<size_t>(i)] = (i % 2 ? -1.f : 1.f) * 0.01f * (i % 7);
+    }
     const auto y = dequantize(t->to_float_ref, quantize(t->type, t->from_float_ref, x), n);
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_TRUE(std::isfinite(y[static_cast<size_t>(i)])) << "element " << i;
-      if (i < n / 3) EXPECT_EQ(y[static_cast<size_t>(i)], 0.f) << "element " << i;
-      if (i >= n / 3 && i < 2 * n / 3) EXPECT_NEAR(y[static_cast<size_t>(i)], 0.75f, 0.75f * 0.1f) << i;
+      if (i < n / 3) {
+        EXPECT_EQ(y[static_cast<size_t>(i)], 0.f) << "element " << i;
+      } else if (i < 2 * n / 3) {
+        EXPECT_NEAR(y[static_cast<size_t>(i)], 0.75f, 0.75f * 0.1f) << "element " << i;
+      }
     }
   }
 }

@@ -8,8 +8,8 @@
 
 namespace frugal::quant {
 
-inline constexpr int kQK = 32;    // elements per block of the 32-element formats
-inline constexpr int kQK_K = 256;  // elements per super-block of the K-quants
+inline constexpr int kQK = 32;           // elements per block of the 32-element formats
+inline constexpr int kQK_K = 256;        // elements per super-block of the K-quants
 inline constexpr int kKScaleBytes = 12;  // packed 6-bit scales/mins of Q3_K, Q4_K, Q5_K
 
 struct BlockQ4_0 {
@@ -53,8 +53,8 @@ struct BlockQ2_K {
   uint16_t dmin;               // fp16 scale of the mins
 };
 struct BlockQ3_K {
-  uint8_t hmask[kQK_K / 8];  // third bit of each code (set: no -4 offset)
-  uint8_t qs[kQK_K / 4];     // low 2 bits of each code
+  uint8_t hmask[kQK_K / 8];      // third bit of each code (set: no -4 offset)
+  uint8_t qs[kQK_K / 4];         // low 2 bits of each code
   uint8_t scales[kKScaleBytes];  // 16 signed 6-bit scales, +32 offset
   uint16_t d;
 };

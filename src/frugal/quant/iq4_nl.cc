@@ -44,7 +44,8 @@ void quantize_block(const float* x, BlockIQ4_NL* y) {
   if (dq != 0.f) {
     // Indices against the scale as stored: the nearest grid value for each element.
     const float id = 1.f / dq;
-    for (int j = 0; j < kQK; ++j) L[j] = static_cast<uint8_t>(nearest_table_index(kIQ4NLValues, 16, id * x[j]));
+    for (int j = 0; j < kQK; ++j)
+      L[j] = static_cast<uint8_t>(nearest_table_index(kIQ4NLValues, 16, id * x[j]));
   }
   for (int j = 0; j < kQK / 2; ++j) y->qs[j] = static_cast<uint8_t>(L[j] | (L[j + 16] << 4));
 }

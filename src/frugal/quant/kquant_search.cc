@@ -92,8 +92,8 @@ float search_symmetric_scale_iterative(int n, int nmax, const float* x, int8_t* 
   return suml2 > 0.f ? sumlx / suml2 : 0.f;
 }
 
-float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L,
-                       float* min_out, const ScaleMinSearch& p) {
+float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* min_out,
+                       const ScaleMinSearch& p) {
   float min = x[0];
   float max = x[0];
   float sum_w = 0.f;

@@ -25,8 +25,8 @@ struct ScaleMinSearch {
 
 // Asymmetric codes: x_i ~ scale*L_i - min, L_i in [0, nmax], min >= 0 (the block minimum is
 // never above zero). Returns scale; *min_out = min.
-float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L,
-                       float* min_out, const ScaleMinSearch& params);
+float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* min_out,
+                       const ScaleMinSearch& params);
 
 // Index of the value of `table` (sorted ascending, n entries) nearest to v.
 int nearest_table_index(const int8_t* table, int n, float v);

@@ -15,7 +15,8 @@ namespace {
 
 // Element e: bits 2*((e%128)/32) of qs[32*(e/128) + e%32].
 void unpack_codes(const BlockQ2_K& b, int* q) {
-  for (int e = 0; e < kQK_K; ++e) q[e] = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+  for (int e = 0; e < kQK_K; ++e)
+    q[e] = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
 }
 
 void quantize_block(const float* x, BlockQ2_K* y) {
@@ -35,7 +36,8 @@ void quantize_block(const float* x, BlockQ2_K* y) {
   std::memset(y->scales, 0, sizeof(y->scales));
   if (max_scale > 0.f) {
     const float iscale = 15.f / max_scale;
-    for (int j = 0; j < 16; ++j) y->scales[j] = static_cast<uint8_t>(std::min(15, nearest_int(iscale * scales[j])));
+    for (int j = 0; j < 16; ++j)
+      y->scales[j] = static_cast<uint8_t>(std::min(15, nearest_int(iscale * scales[j])));
   }
   y->d = f32_to_fp16(max_scale / 15.f);
   if (max_min > 0.f) {

@@ -35,7 +35,8 @@ void quantize_block(const float* x, BlockQ3_K* y) {
   int8_t qscales[16] = {};
   if (max_scale != 0.f) {
     const float iscale = -32.f / max_scale;
-    for (int j = 0; j < 16; ++j) qscales[j] = static_cast<int8_t>(clamp_int(nearest_int(iscale * scales[j]), -32, 31));
+    for (int j = 0; j < 16; ++j)
+      qscales[j] = static_cast<int8_t>(clamp_int(nearest_int(iscale * scales[j]), -32, 31));
     y->d = f32_to_fp16(1.f / iscale);
   } else {
     y->d = 0;

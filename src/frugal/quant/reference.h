@@ -10,7 +10,7 @@ namespace frugal::quant {
 
 // Signatures follow type_traits.h: to_float(src, dst, n), from_float(src, dst, n),
 // vec_dot(n, s, x, y). n is a multiple of the block size.
-#define FRUGAL_QUANT_DECLARE_REF(name)                              \
+#define FRUGAL_QUANT_DECLARE_REF(name)                                  \
   void dequantize_##name##_ref(const void* src, float* dst, int64_t n); \
   void quantize_##name##_ref(const float* src, void* dst, int64_t n)
 

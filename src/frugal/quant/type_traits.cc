@@ -54,9 +54,11 @@ struct Table {
         row(DType::kF16, DType::kF16, false, dequantize_f16_ref, quantize_f16_ref, vec_dot_f16_ref,
             Fast{to_float_f16, from_float_f16, vec_dot_f16, gemm_f16, fr, fc}),
         row(DType::kBF16, DType::kBF16, false, dequantize_bf16_ref, quantize_bf16_ref,
-            vec_dot_bf16_ref, Fast{to_float_bf16, from_float_bf16, vec_dot_bf16, gemm_bf16, fr, fc}),
+            vec_dot_bf16_ref,
+            Fast{to_float_bf16, from_float_bf16, vec_dot_bf16, gemm_bf16, fr, fc}),
         row(DType::kQ8_0, DType::kQ8_0, true, dequantize_q8_0_ref, quantize_q8_0_ref,
-            vec_dot_q8_0_q8_0_ref, Fast{to_float_q8_0, from_float_q8_0, vec_dot_q8_0, gemm_q8_0, br, bc}),
+            vec_dot_q8_0_q8_0_ref,
+            Fast{to_float_q8_0, from_float_q8_0, vec_dot_q8_0, gemm_q8_0, br, bc}),
         row(DType::kQ8_1, DType::kQ8_1, true, dequantize_q8_1_ref, quantize_q8_1_ref, nullptr,
             Fast{to_float_q8_1, from_float_q8_1}),
         row(DType::kQ8_K, DType::kQ8_K, true, dequantize_q8_k_ref, quantize_q8_k_ref, nullptr,
@@ -80,7 +82,8 @@ struct Table {
         row(DType::kQ6_K, DType::kQ8_K, true, dequantize_q6_k_ref, quantize_q6_k_ref,
             vec_dot_q6_k_q8_k_ref, Fast{to_float_q6_k, nullptr, vec_dot_q6_k, gemm_q6_k, kr, kc}),
         row(DType::kIQ4_NL, DType::kQ8_0, true, dequantize_iq4_nl_ref, quantize_iq4_nl_ref,
-            vec_dot_iq4_nl_q8_0_ref, Fast{to_float_iq4_nl, nullptr, vec_dot_iq4_nl, gemm_iq4_nl, br, bc}),
+            vec_dot_iq4_nl_q8_0_ref,
+            Fast{to_float_iq4_nl, nullptr, vec_dot_iq4_nl, gemm_iq4_nl, br, bc}),
     };
     for (const TypeTraits& t : rows) pointers.push_back(&t);
   }

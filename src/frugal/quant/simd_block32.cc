@@ -1,0 +1,302 @@
+// Dequantization, dot products and gemm tiles of the 32-element formats (Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1, IQ4_NL as weights against Q8_0/Q8_1 activations; Q8_1 dequantization).
+//
+// AVX2: a block's 32 codes are expanded to one 256-bit register of bytes; the integer dot with
+// the activation block is maddubs (u8*i8 pairs to i16) + madd (to i32), then one FMA with the
+// product of the two fp16 scales. Signed codes use the sign trick (|x| and y*sign(x)).
+// In a gemm tile every expanded weight block is reused against RY activation blocks.
+#include "frugal/quant/simd_config.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "frugal/quant/simd_block32.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "frugal/quant/blocks.h"
+#include "frugal/quant/reference.h"
+#include "frugal/quant/simd_common-inl.h"
+#include "frugal/quant/simd_kernels.h"
+#include "frugal/quant/simd_tile-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace frugal::quant::HWY_NAMESPACE {
+
+#if FRUGAL_QUANT_AVX2
+
+// Format descriptions: block types, codes as bytes, scale (and offset) of a weight block.
+// kSigned: codes are signed bytes (dot via the sign trick); else unsigned (plain maddubs).
+// kOffset: y = d*q + m; the activation carries s = d*sum(q) (Q8_1).
+struct FmtQ8_0 {
+  using X = BlockQ8_0;
+  using Y = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static constexpr bool kOffset = false;
+  static HWY_INLINE __m256i codes(const X& b) { return loadu_256(b.qs); }
+};
+struct FmtQ4_0 {
+  using X = BlockQ4_0;
+  using Y = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static constexpr bool kOffset = false;
+  static HWY_INLINE __m256i codes(const X& b) {
+    return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
+  }
+};
+struct FmtQ4_1 {
+  using X = BlockQ4_1;
+  using Y = BlockQ8_1;
+  static constexpr bool kSigned = false;
+  static constexpr bool kOffset = true;
+  static HWY_INLINE __m256i codes(const X& b) { return nibbles_32(b.qs); }
+};
+struct FmtQ5_0 {
+  using X = BlockQ5_0;
+  using Y = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static constexpr bool kOffset = false;
+  static HWY_INLINE __m256i codes(const X& b) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    // code - 16 = nibble - 16 where the fifth bit is clear, nibble where it is set.
+    const __m256i clear16 = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+    return _mm256_sub_epi8(nibbles_32(b.qs), clear16);
+  }
+};
+struct FmtQ5_1 {
+  using X = BlockQ5_1;
+  using Y = BlockQ8_1;
+  static constexpr bool kSigned = false;
+  static constexpr bool kOffset = true;
+  static HWY_INLINE __m256i codes(const X& b) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    return _mm256_or_si256(nibbles_32(b.qs),
+                           _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)));
+  }
+};
+struct FmtIQ4_NL {
+  using X = BlockIQ4_NL;
+  using Y = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static constexpr bool kOffset = false;
+  static HWY_INLINE __m256i codes(const X& b) {
+    const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues));
+    return _mm256_shuffle_epi8(_mm256_set_m128i(grid, grid), nibbles_32(b.qs));
+  }
+};
+
+// Activation blocks as weights, for dequantization only.
+struct FmtQ8_1 {
+  using X = BlockQ8_1;
+  static constexpr bool kOffset = false;
+  static HWY_INLINE __m256i codes(const X& b) { return loadu_256(b.qs); }
+};
+
+template <class F>
+void to_float(const void* src, float* dst, int64_t n) {
+  const auto* x = static_cast<const typename F::X*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    if constexpr (F::kOffset) {
+      store_32<true>(F::codes(x[i]), half_to_float(x[i].d), half_to_float(x[i].m), dst + i * kQK);
+    } else {
+      store_32<false>(F::codes(x[i]), half_to_float(x[i].d), 0.f, dst + i * kQK);
+    }
+  }
+}
+
+template <class F>
+HWY_INLINE float offset_term(const typename F::X& x, const typename F::Y& y) {
+  if constexpr (F::kOffset) {
+    return half_to_float(x.m) * half_to_float(y.s);
+  } else {
+    return 0.f;
+  }
+}
+
+// The integer dot of prepared weight codes with an activation block, as floats. For signed
+// formats `xa` holds |x| and `xs` x (for the sign); for unsigned ones both hold x.
+template <class F>
+HWY_INLINE __m256 block_dot(__m256i xa, __m256i xs, __m256i y) {
+  if constexpr (F::kSigned) {
+    return _mm256_cvtepi32_ps(dot_u8_i8(xa, _mm256_sign_epi8(y, xs)));
+  } else {
+    return _mm256_cvtepi32_ps(dot_u8_i8(xa, y));
+  }
+}
+
+template <class F>
+HWY_INLINE __m256i prepare(__m256i codes) {
+  if constexpr (F::kSigned) {
+    return _mm256_sign_epi8(codes, codes);
+  } else {
+    return codes;
+  }
+}
+
+template <class F>
+HWY_INLINE float dot_row(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const typename F::X*>(vx);
+  const auto* y = static_cast<const typename F::Y*>(vy);
+  const int64_t nb = n / kQK;
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  float offset = 0.f;
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    const __m256i c0 = F::codes(x[i]);
+    const __m256i c1 = F::codes(x[i + 1]);
+    const __m256 d0 = _mm256_set1_ps(half_to_float(x[i].d) * half_to_float(y[i].d));
+    const __m256 d1 = _mm256_set1_ps(half_to_float(x[i + 1].d) * half_to_float(y[i + 1].d));
+    acc0 = _mm256_fmadd_ps(d0, block_dot<F>(prepare<F>(c0), c0, loadu_256(y[i].qs)), acc0);
+    acc1 = _mm256_fmadd_ps(d1, block_dot<F>(prepare<F>(c1), c1, loadu_256(y[i + 1].qs)), acc1);
+    offset += offset_term<F>(x[i], y[i]) + offset_term<F>(x[i + 1], y[i + 1]);
+  }
+  for (; i < nb; ++i) {
+    const __m256i c = F::codes(x[i]);
+    const __m256 d = _mm256_set1_ps(half_to_float(x[i].d) * half_to_float(y[i].d));
+    acc0 = _mm256_fmadd_ps(d, block_dot<F>(prepare<F>(c), c, loadu_256(y[i].qs)), acc0);
+    offset += offset_term<F>(x[i], y[i]);
+  }
+  return hsum_ps(_mm256_add_ps(acc0, acc1)) + offset;
+}
+
+template <class F>
+struct Block32Tile {
+  template <int RX, int RY>
+  static HWY_INLINE void run(const TileArgs& a) {
+    using X = typename F::X;
+    using Y = typename F::Y;
+    const X* xr[RX];
+    const Y* yc[RY];
+    for (int r = 0; r < RX; ++r) xr[r] = reinterpret_cast<const X*>(a.x + r * a.bx);
+    for (int c = 0; c < RY; ++c) yc[c] = reinterpret_cast<const Y*>(a.y + c * a.by);
+    __m256 acc[RX][RY];
+    float offset[RX][RY];
+    for (int r = 0; r < RX; ++r) {
+      for (int c = 0; c < RY; ++c) {
+        acc[r][c] = _mm256_setzero_ps();
+        offset[r][c] = 0.f;
+      }
+    }
+    const int64_t nb = a.n / kQK;
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i yq[RY];
+      __m256 dy[RY];
+      for (int c = 0; c < RY; ++c) {
+        yq[c] = loadu_256(yc[c][i].qs);
+        dy[c] = _mm256_set1_ps(half_to_float(yc[c][i].d));
+      }
+      for (int r = 0; r < RX; ++r) {
+        const __m256i cx = F::codes(xr[r][i]);
+        const __m256i xa = prepare<F>(cx);
+        const __m256 dx = _mm256_set1_ps(half_to_float(xr[r][i].d));
+        for (int c = 0; c < RY; ++c) {
+          acc[r][c] =
+              _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[c]), block_dot<F>(xa, cx, yq[c]), acc[r][c]);
+          if constexpr (F::kOffset) offset[r][c] += offset_term<F>(xr[r][i], yc[c][i]);
+        }
+      }
+    }
+    for (int c = 0; c < RY; ++c) {
+      for (int r = 0; r < RX; ++r) a.s[c * a.ldc + r] = hsum_ps(acc[r][c]) + offset[r][c];
+    }
+  }
+};
+
+template <class F>
+void gemm(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx, const void* y,
+          size_t by, int nry) {
+  run_gemm<Block32Tile<F>, fast::kBlockTileRows, fast::kBlockTileCols>(n, s, ldc, x, bx, nrx, y, by,
+                                                                       nry);
+}
+
+#define FRUGAL_BLOCK32_TO_FLOAT(Name, Fmt, ref) \
+  void ToFloat##Name(const void* src, float* dst, int64_t n) { to_float<Fmt>(src, dst, n); }
+
+#define FRUGAL_BLOCK32_KERNELS(Name, Fmt, ref)                                        \
+  void VecDot##Name(int64_t n, float* s, const void* x, const void* y) {              \
+    *s = dot_row<Fmt>(n, x, y);                                                       \
+  }                                                                                   \
+  void Gemm##Name(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx, \
+                  const void* y, size_t by, int nry) {                                \
+    gemm<Fmt>(n, s, ldc, x, bx, nrx, y, by, nry);                                     \
+  }
+
+#else  // generic targets: the scalar reference, one pair of rows at a time
+
+#define FRUGAL_BLOCK32_TO_FLOAT(Name, Fmt, ref) \
+  void ToFloat##Name(const void* src, float* dst, int64_t n) { ref(src, dst, n); }
+
+#define FRUGAL_BLOCK32_KERNELS(Name, Fmt, ref)                                              \
+  void VecDot##Name(int64_t n, float* s, const void* x, const void* y) { ref(n, s, x, y); } \
+  void Gemm##Name(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx,       \
+                  const void* y, size_t by, int nry) {                                      \
+    for (int c = 0; c < nry; ++c) {                                                         \
+      for (int r = 0; r < nrx; ++r) {                                                       \
+        ref(n, s + c * ldc + r, static_cast<const uint8_t*>(x) + r * bx,                    \
+            static_cast<const uint8_t*>(y) + c * by);                                       \
+      }                                                                                     \
+    }                                                                                       \
+  }
+
+#endif  // FRUGAL_QUANT_AVX2
+
+FRUGAL_BLOCK32_KERNELS(Q8_0, FmtQ8_0, vec_dot_q8_0_q8_0_ref)
+FRUGAL_BLOCK32_KERNELS(Q4_0, FmtQ4_0, vec_dot_q4_0_q8_0_ref)
+FRUGAL_BLOCK32_KERNELS(Q4_1, FmtQ4_1, vec_dot_q4_1_q8_1_ref)
+FRUGAL_BLOCK32_KERNELS(Q5_0, FmtQ5_0, vec_dot_q5_0_q8_0_ref)
+FRUGAL_BLOCK32_KERNELS(Q5_1, FmtQ5_1, vec_dot_q5_1_q8_1_ref)
+FRUGAL_BLOCK32_KERNELS(IQ4_NL, FmtIQ4_NL, vec_dot_iq4_nl_q8_0_ref)
+#undef FRUGAL_BLOCK32_KERNELS
+
+FRUGAL_BLOCK32_TO_FLOAT(Q8_0, FmtQ8_0, dequantize_q8_0_ref)
+FRUGAL_BLOCK32_TO_FLOAT(Q8_1, FmtQ8_1, dequantize_q8_1_ref)
+FRUGAL_BLOCK32_TO_FLOAT(Q4_0, FmtQ4_0, dequantize_q4_0_ref)
+FRUGAL_BLOCK32_TO_FLOAT(Q4_1, FmtQ4_1, dequantize_q4_1_ref)
+FRUGAL_BLOCK32_TO_FLOAT(Q5_0, FmtQ5_0, dequantize_q5_0_ref)
+FRUGAL_BLOCK32_TO_FLOAT(Q5_1, FmtQ5_1, dequantize_q5_1_ref)
+FRUGAL_BLOCK32_TO_FLOAT(IQ4_NL, FmtIQ4_NL, dequantize_iq4_nl_ref)
+#undef FRUGAL_BLOCK32_TO_FLOAT
+
+}  // namespace frugal::quant::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace frugal::quant::fast {
+
+#define FRUGAL_BLOCK32_EXPORT(Name, name)                                              \
+  HWY_EXPORT(VecDot##Name);                                                            \
+  HWY_EXPORT(Gemm##Name);                                                              \
+  void vec_dot_##name(int64_t n, float* s, const void* x, const void* y) {             \
+    HWY_DYNAMIC_DISPATCH(VecDot##Name)(n, s, x, y);                                    \
+  }                                                                                    \
+  void gemm_##name(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx, \
+                   const void* y, size_t by, int nry) {                                \
+    HWY_DYNAMIC_DISPATCH(Gemm##Name)(n, s, ldc, x, bx, nrx, y, by, nry);               \
+  }
+
+FRUGAL_BLOCK32_EXPORT(Q8_0, q8_0)
+FRUGAL_BLOCK32_EXPORT(Q4_0, q4_0)
+FRUGAL_BLOCK32_EXPORT(Q4_1, q4_1)
+FRUGAL_BLOCK32_EXPORT(Q5_0, q5_0)
+FRUGAL_BLOCK32_EXPORT(Q5_1, q5_1)
+FRUGAL_BLOCK32_EXPORT(IQ4_NL, iq4_nl)
+#undef FRUGAL_BLOCK32_EXPORT
+
+#define FRUGAL_BLOCK32_EXPORT_TO_FLOAT(Name, name)               \
+  HWY_EXPORT(ToFloat##Name);                                     \
+  void to_float_##name(const void* src, float* dst, int64_t n) { \
+    HWY_DYNAMIC_DISPATCH(ToFloat##Name)(src, dst, n);            \
+  }
+
+FRUGAL_BLOCK32_EXPORT_TO_FLOAT(Q8_0, q8_0)
+FRUGAL_BLOCK32_EXPORT_TO_FLOAT(Q8_1, q8_1)
+FRUGAL_BLOCK32_EXPORT_TO_FLOAT(Q4_0, q4_0)
+FRUGAL_BLOCK32_EXPORT_TO_FLOAT(Q4_1, q4_1)
+FRUGAL_BLOCK32_EXPORT_TO_FLOAT(Q5_0, q5_0)
+FRUGAL_BLOCK32_EXPORT_TO_FLOAT(Q5_1, q5_1)
+FRUGAL_BLOCK32_EXPORT_TO_FLOAT(IQ4_NL, iq4_nl)
+#undef FRUGAL_BLOCK32_EXPORT_TO_FLOAT
+
+}  // namespace frugal::quant::fast
+#endif  // HWY_ONCE

@@ -1,0 +1,89 @@
+// Fast kernels, dispatched at run time to the best SIMD target of the CPU (Highway). Each
+// function has the signature of its slot in TypeTraits; the table in type_traits.cc wires them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace frugal::quant::fast {
+
+#define FRUGAL_FAST_TO_FLOAT(name) void to_float_##name(const void* src, float* dst, int64_t n)
+#define FRUGAL_FAST_FROM_FLOAT(name) void from_float_##name(const float* src, void* dst, int64_t n)
+#define FRUGAL_FAST_VEC_DOT(name) \
+  void vec_dot_##name(int64_t n, float* s, const void* x, const void* y)
+#define FRUGAL_FAST_GEMM(name)                                                         \
+  void gemm_##name(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx, \
+                   const void* y, size_t by, int nry)
+
+// simd_float.cc
+FRUGAL_FAST_TO_FLOAT(f16);
+FRUGAL_FAST_TO_FLOAT(bf16);
+FRUGAL_FAST_FROM_FLOAT(f16);
+FRUGAL_FAST_FROM_FLOAT(bf16);
+FRUGAL_FAST_VEC_DOT(f32);
+FRUGAL_FAST_VEC_DOT(f16);
+FRUGAL_FAST_VEC_DOT(bf16);
+FRUGAL_FAST_GEMM(f32);
+FRUGAL_FAST_GEMM(f16);
+FRUGAL_FAST_GEMM(bf16);
+inline constexpr int kFloatTileRows = 4;
+inline constexpr int kFloatTileCols = 3;
+
+// simd_q8.cc: activation quantizers.
+FRUGAL_FAST_FROM_FLOAT(q8_0);
+FRUGAL_FAST_FROM_FLOAT(q8_1);
+FRUGAL_FAST_FROM_FLOAT(q8_k);
+
+// simd_block32.cc: the 32-element formats.
+FRUGAL_FAST_VEC_DOT(q8_0);
+FRUGAL_FAST_GEMM(q8_0);
+FRUGAL_FAST_VEC_DOT(q4_0);
+FRUGAL_FAST_VEC_DOT(q4_1);
+FRUGAL_FAST_VEC_DOT(q5_0);
+FRUGAL_FAST_VEC_DOT(q5_1);
+FRUGAL_FAST_VEC_DOT(iq4_nl);
+FRUGAL_FAST_GEMM(q4_0);
+FRUGAL_FAST_GEMM(q4_1);
+FRUGAL_FAST_GEMM(q5_0);
+FRUGAL_FAST_GEMM(q5_1);
+FRUGAL_FAST_GEMM(iq4_nl);
+FRUGAL_FAST_TO_FLOAT(q8_0);
+FRUGAL_FAST_TO_FLOAT(q8_1);
+FRUGAL_FAST_TO_FLOAT(q4_0);
+FRUGAL_FAST_TO_FLOAT(q4_1);
+FRUGAL_FAST_TO_FLOAT(q5_0);
+FRUGAL_FAST_TO_FLOAT(q5_1);
+FRUGAL_FAST_TO_FLOAT(iq4_nl);
+inline constexpr int kBlockTileRows = 4;
+inline constexpr int kBlockTileCols = 2;
+
+// simd_kquant.cc: the K-quants.
+FRUGAL_FAST_VEC_DOT(q2_k);
+FRUGAL_FAST_VEC_DOT(q3_k);
+FRUGAL_FAST_VEC_DOT(q4_k);
+FRUGAL_FAST_VEC_DOT(q5_k);
+FRUGAL_FAST_VEC_DOT(q6_k);
+FRUGAL_FAST_GEMM(q2_k);
+FRUGAL_FAST_GEMM(q3_k);
+FRUGAL_FAST_GEMM(q4_k);
+FRUGAL_FAST_GEMM(q5_k);
+FRUGAL_FAST_GEMM(q6_k);
+inline constexpr int kKTileRows = 4;
+inline constexpr int kKTileCols = 2;
+
+FRUGAL_FAST_TO_FLOAT(q8_k);
+FRUGAL_FAST_TO_FLOAT(q2_k);
+FRUGAL_FAST_TO_FLOAT(q3_k);
+FRUGAL_FAST_TO_FLOAT(q4_k);
+FRUGAL_FAST_TO_FLOAT(q5_k);
+FRUGAL_FAST_TO_FLOAT(q6_k);
+
+#undef FRUGAL_FAST_TO_FLOAT
+#undef FRUGAL_FAST_FROM_FLOAT
+#undef FRUGAL_FAST_VEC_DOT
+#undef FRUGAL_FAST_GEMM
+
+// Name of the target the kernels dispatch to now ("AVX2", "AVX3", "SSE4", "EMU128", ...).
+const char* dispatched_target_name();
+
+}  // namespace frugal::quant::fast

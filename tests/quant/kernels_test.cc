@@ -1,0 +1,174 @@
+// The fast (SIMD) kernels against the scalar references, on every SIMD target compiled in and
+// supported by this CPU: dequantization and activation quantization exactly, dot products and
+// gemm tiles within a tight bound of the reference dot, and the reference dot within a stated
+// bound of a float64 dot of the dequantized rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "frugal/quant/simd_targets.h"
+#include "quant/quant_test_util.h"
+
+namespace frugal {
+namespace {
+
+using quant_test::abs_dot_f64;
+using quant_test::dequantize;
+using quant_test::dot_f64;
+using quant_test::quantize;
+using quant_test::random_row;
+
+// Row lengths: odd multiples of the block size; odd lengths for the float types (vector tails).
+std::vector<int64_t> lengths(const TypeTraits& t) {
+  if (!t.quantized) return {7, 45, 333};
+  return {quant_test::row_length(t, 1), quant_test::row_length(t, 3), quant_test::row_length(t, 7)};
+}
+
+std::string name(DType t) { return std::string(dtype_name(t)); }
+
+// Relative error bound of fast vs reference dot (both sum the same exact integer block sums
+// or float products in a different order): a few float ulps of sum|x*y| per block.
+double kernel_tolerance(int64_t n) { return 4e-7 * std::sqrt(static_cast<double>(n)) + 1e-6; }
+
+// Reference dot vs float64 dot of the dequantized rows, relative to sum|x*y|. Q8_1 carries its
+// block sum as fp16 (2^-11 relative), which Q4_1/Q5_1 dots use for the offset term.
+double dequant_tolerance(const TypeTraits& t) {
+  return t.vec_dot_type == DType::kQ8_1 ? 2e-3 : 2e-5;
+}
+
+class QuantKernels : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { quant::force_simd_target(GetParam()); }
+  void TearDown() override { quant::force_simd_target(0); }
+};
+
+TEST_P(QuantKernels, DispatchesToTheForcedTarget) {
+  EXPECT_EQ(std::string(simd_target_name()), quant::simd_target_label(GetParam()));
+}
+
+TEST_P(QuantKernels, ToFloatMatchesReferenceExactly) {
+  for (const TypeTraits* t : all_type_traits()) {
+    SCOPED_TRACE(name(t->type));
+    for (const int64_t n : lengths(*t)) {
+      for (uint32_t seed = 1; seed <= 2; ++seed) {
+        const auto q = quantize(t->type, t->from_float_ref, random_row(n, seed * 31 + n));
+        const auto want = dequantize(t->to_float_ref, q, n);
+        const auto got = dequantize(t->to_float, q, n);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * n)) << "n=" << n;
+      }
+    }
+  }
+}
+
+TEST_P(QuantKernels, FromFloatMatchesReferenceExactly) {
+  for (const TypeTraits* t : all_type_traits()) {
+    SCOPED_TRACE(name(t->type));
+    if (t->from_float == t->from_float_ref) continue;
+    for (const int64_t n : lengths(*t)) {
+      for (uint32_t seed = 1; seed <= 3; ++seed) {
+        std::vector<float> x = random_row(n, seed * 17 + n);
+        if (!t->quantized && n > 6) {  // values at the edges of the 16-bit formats
+          x[0] = 6.0e-8f;              // fp16 subnormal
+          x[1] = 65520.f;              // rounds to fp16 infinity
+          x[2] = -0.f;
+          x[3] = 1.f + 1.f / 2048;  // fp16 tie
+          x[4] = 1.00390625f;       // bf16 tie
+          x[5] = t->type == DType::kBF16 ? std::numeric_limits<float>::quiet_NaN() : 3.f;
+        }
+        const auto want = quantize(t->type, t->from_float_ref, x);
+        const auto got = quantize(t->type, t->from_float, x);
+        ASSERT_EQ(want, got) << "n=" << n << " seed=" << seed;
+      }
+    }
+  }
+}
+
+TEST_P(QuantKernels, VecDotMatchesReference) {
+  for (const TypeTraits* t : all_type_traits()) {
+    if (!t->vec_dot_ref) continue;
+    SCOPED_TRACE(name(t->type));
+    const TypeTraits* ty = type_traits(t->vec_dot_type);
+    ASSERT_NE(ty, nullptr);
+    for (const int64_t n : lengths(*t)) {
+      for (uint32_t seed = 1; seed <= 3; ++seed) {
+        const auto qx = quantize(t->type, t->from_float_ref, random_row(n, seed * 7 + n));
+        const auto qy = quantize(ty->type, ty->from_float_ref, random_row(n, seed * 13 + n + 1));
+        const auto dx = dequantize(t->to_float_ref, qx, n);
+        const auto dy = dequantize(ty->to_float_ref, qy, n);
+        const double exact = dot_f64(dx, dy);
+        const double scale = abs_dot_f64(dx, dy) + 1e-30;
+        float ref = 0.f;
+        float fast = 0.f;
+        t->vec_dot_ref(n, &ref, qx.data(), qy.data());
+        t->vec_dot(n, &fast, qx.data(), qy.data());
+        EXPECT_LE(std::fabs(ref - exact) / scale, dequant_tolerance(*t)) << "n=" << n;
+        EXPECT_LE(std::fabs(fast - ref) / scale, kernel_tolerance(n))
+            << "n=" << n << " ref=" << ref << " fast=" << fast;
+      }
+    }
+  }
+}
+
+TEST_P(QuantKernels, GemmTileMatchesReferenceForEveryShape) {
+  for (const TypeTraits* t : all_type_traits()) {
+    if (!t->gemm_tile) continue;
+    SCOPED_TRACE(name(t->type));
+    const TypeTraits* ty = type_traits(t->vec_dot_type);
+    const int64_t n = lengths(*t)[1];
+    const size_t bx = static_cast<size_t>(row_bytes(t->type, n));
+    const size_t by = static_cast<size_t>(row_bytes(ty->type, n));
+    // One row more than the preferred tile in each direction: larger shapes must be split.
+    const int max_rows = t->tile_rows + 1;
+    const int max_cols = t->tile_cols + 1;
+    std::vector<uint8_t> xs;
+    std::vector<uint8_t> ys;
+    for (int r = 0; r < max_rows; ++r) {
+      const auto q = quantize(t->type, t->from_float_ref, random_row(n, 1000 + r));
+      xs.insert(xs.end(), q.begin(), q.end());
+    }
+    for (int c = 0; c < max_cols; ++c) {
+      const auto q = quantize(ty->type, ty->from_float_ref, random_row(n, 2000 + c));
+      ys.insert(ys.end(), q.begin(), q.end());
+    }
+    for (int nrx = 1; nrx <= max_rows; ++nrx) {
+      for (int nry = 1; nry <= max_cols; ++nry) {
+        SCOPED_TRACE("tile " + std::to_string(nrx) + "x" + std::to_string(nry));
+        const size_t ldc = static_cast<size_t>(nrx) + 3;
+        std::vector<float> s(ldc * static_cast<size_t>(nry), -12345.f);
+        t->gemm_tile(n, s.data(), ldc, xs.data(), bx, nrx, ys.data(), by, nry);
+        for (int c = 0; c < nry; ++c) {
+          for (int r = 0; r < static_cast<int>(ldc); ++r) {
+            const float got = s[static_cast<size_t>(c) * ldc + r];
+            if (r >= nrx) {
+              EXPECT_EQ(got, -12345.f) << "wrote outside the tile at r=" << r;
+              continue;
+            }
+            float ref = 0.f;
+            t->vec_dot_ref(n, &ref, xs.data() + r * bx, ys.data() + c * by);
+            const auto dx =
+                dequantize(t->to_float_ref,
+                           std::vector<uint8_t>(xs.begin() + r * bx, xs.begin() + (r + 1) * bx), n);
+            const auto dy =
+                dequantize(ty->to_float_ref,
+                           std::vector<uint8_t>(ys.begin() + c * by, ys.begin() + (c + 1) * by), n);
+            const double scale = abs_dot_f64(dx, dy) + 1e-30;
+            EXPECT_LE(std::fabs(got - ref) / scale, kernel_tolerance(n)) << "r=" << r << " c=" << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+std::string target_label(const ::testing::TestParamInfo<int64_t>& info) {
+  return quant::simd_target_label(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, QuantKernels,
+                         ::testing::ValuesIn(quant::available_simd_targets()), target_label);
+
+}  // namespace
+}  // namespace frugal
