@@ -33,6 +33,13 @@ class Tokenizer {
   // when `special` is true). May be a partial UTF-8 sequence (byte tokens).
   virtual std::string piece(TokenId id, bool special = false) const = 0;
   virtual int32_t n_vocab() const = 0;
+  // The text of a whole sequence as llama.cpp's llama_detokenize gives it: with remove_special,
+  // a leading BOS and trailing EOS (when the vocabulary adds them) are dropped; the add_space_prefix
+  // space is stripped from the first piece unless a BOS was dropped; and vocabularies that ask for
+  // it get llama.cpp's clean-up of spaces before punctuation and contractions (" ," -> ",",
+  // " 's" -> "'s", ...). Raw bytes, not necessarily valid UTF-8; use Detokenizer to stream.
+  virtual std::string detokenize(const std::vector<TokenId>& ids, bool remove_special = false,
+                                 bool unparse_special = false) const = 0;
 
   TokenId bos() const { return bos_; }
   TokenId eos() const { return eos_; }
@@ -55,19 +62,26 @@ class Tokenizer {
 };
 
 // Turns a stream of tokens into text that is always valid UTF-8: bytes of an incomplete
-// character are held back until the character completes (or flushed as U+FFFD at finish()).
+// character are held back until the character completes (or flushed as U+FFFD at finish()), and
+// ill-formed bytes become U+FFFD. The concatenated output equals llama_detokenize(ids,
+// remove_special=false, unparse_special=render_special) wherever that is valid UTF-8: with
+// add_space_prefix, the first piece loses one leading space (a BOS, rendered or not, is that
+// first piece). Pass strip_space_prefix = false when streaming a continuation, e.g. generated
+// tokens after a prompt: llama.cpp's CLI and server print those pieces unchanged.
 class Detokenizer {
  public:
-  explicit Detokenizer(const Tokenizer& tok, bool render_special = false)
-      : tok_(tok), special_(render_special) {}
+  explicit Detokenizer(const Tokenizer& tok, bool render_special = false, bool strip_space_prefix = true)
+      : tok_(tok), special_(render_special), strip_first_(strip_space_prefix), first_(strip_space_prefix) {}
   // Returns the text that became complete with this token (possibly empty).
   std::string push(TokenId id);
+  // Ends the stream (the next push starts a new one) and returns what was held back.
   std::string finish();
 
  private:
   const Tokenizer& tok_;
   bool special_;
-  bool first_ = true;
+  bool strip_first_;
+  bool first_;
   std::string pending_;
 };
 
