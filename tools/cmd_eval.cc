@@ -64,9 +64,9 @@ int eval_cmd(const EvalArgs& a) {
   // Greedy decoding and an F16 cache unless told otherwise; the reference keeps full precision.
   GenerateOptions base;
   base.sampling.temperature = 0;
-  EvalConfig config{"", base};
+  eval::EvalConfig config{"", base};
   if (Status st = apply_settings(config.gen, a.set); !st.ok()) return fail(cmd, st.message());
-  EvalConfig reference{"reference", base};
+  eval::EvalConfig reference{"reference", base};
   reference.gen.kv_dtype = DType::kF32;
   if (Status st = apply_settings(reference.gen, a.ref); !st.ok()) return fail(cmd, "--ref: " + st.message());
 
@@ -97,13 +97,13 @@ int eval_cmd(const EvalArgs& a) {
   suite.split = *split;
   suite.kl_examples = a.no_ref ? 0 : a.kl_examples;
 
-  std::vector<EvalConfig> configs;
+  std::vector<eval::EvalConfig> configs;
   if (sweep_values.empty()) {
     config.label = a.set.empty() ? "default" : fmt::format("{}", fmt::join(a.set, " "));
     configs.push_back(config);
   } else {
     for (const auto& v : sweep_values) {
-      EvalConfig c = config;
+      eval::EvalConfig c = config;
       (void)set_generate_option(c.gen, sweep_name, v);
       c.label = sweep_name + "=" + v;
       configs.push_back(c);

@@ -43,6 +43,8 @@ void draw_progress(uint64_t done, uint64_t total) {
 
 }  // namespace
 
+Model::~Model() = default;
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelLoadOptions& opts) {
   GgufOpenOptions gopts;
   // A progress bar only where someone watches: a terminal, and a file big enough to wait for.

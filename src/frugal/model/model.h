@@ -75,6 +75,7 @@ struct ModelLoadOptions {
 class Model {
  public:
   static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelLoadOptions& opts = {});
+  ~Model();
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
