@@ -13,4 +13,9 @@ cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs" --target format_tests tokenize_tests
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --preset asan -j "$jobs" -L 'format|tokenize'
+# The server driven by the official OpenAI, Anthropic and Ollama clients from npm.
+if [ -x tests/server_e2e/run.sh ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+  tests/server_e2e/run.sh build-ci/bin/frugal
+fi
 echo "all tests passed"
