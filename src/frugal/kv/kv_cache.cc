@@ -62,6 +62,7 @@ Status KvCache::append(int layer, int seq, int32_t pos, const float* k, const fl
     store_row(k + static_cast<size_t>(h) * opts_.head_dim, k_.data() + off, opts_.head_dim, opts_.dtype);
     store_row(v + static_cast<size_t>(h) * opts_.head_dim, v_.data() + off, opts_.head_dim, opts_.dtype);
     pos_[static_cast<size_t>(idx) * opts_.capacity + n] = pos;
+    if (!stats_.empty()) stats_[static_cast<size_t>(idx) * opts_.capacity + n] = 0.f;
     ++n;
   }
   return ok_status();
@@ -96,16 +97,22 @@ void KvCache::keep_tokens(int layer, int seq, int head, const std::vector<int32_
   int32_t* p = pos_.data() + static_cast<size_t>(idx) * opts_.capacity;
   uint8_t* kb = k_.data() + row_offset(layer, seq, head);
   uint8_t* vb = v_.data() + row_offset(layer, seq, head);
+  float* st = stats_.empty() ? nullptr : stats_.data() + static_cast<size_t>(idx) * opts_.capacity;
   int32_t out = 0;
   for (int32_t s : slots) {
     if (s != out) {
       std::memmove(kb + static_cast<size_t>(out) * row_bytes_, kb + static_cast<size_t>(s) * row_bytes_, row_bytes_);
       std::memmove(vb + static_cast<size_t>(out) * row_bytes_, vb + static_cast<size_t>(s) * row_bytes_, row_bytes_);
       p[out] = p[s];
+      if (st != nullptr) st[out] = st[s];
     }
     ++out;
   }
   len_[idx] = out;
+}
+
+void KvCache::enable_token_stats() {
+  if (stats_.empty()) stats_.assign(pos_.size(), 0.f);
 }
 
 }  // namespace frugal

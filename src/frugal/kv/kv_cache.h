@@ -54,6 +54,14 @@ class KvCache {
   // front; used by eviction policies.
   void keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots);
 
+  // One float per token kept beside its row and compacted with it (H2O's accumulated attention).
+  // Allocated on first call; a token starts at 0 when appended.
+  void enable_token_stats();
+  bool has_token_stats() const { return !stats_.empty(); }
+  float* token_stats(int layer, int seq, int head) {
+    return stats_.data() + static_cast<size_t>(index(layer, seq, head)) * opts_.capacity;
+  }
+
  private:
   int index(int layer, int seq, int head) const {
     return (layer * opts_.n_seq + seq) * opts_.n_head_kv + head;
@@ -67,6 +75,7 @@ class KvCache {
   std::vector<uint8_t> v_;       // same
   std::vector<int32_t> pos_;     // [layer][seq][head][capacity]
   std::vector<int32_t> len_;     // [layer][seq][head]
+  std::vector<float> stats_;     // [layer][seq][head][capacity] or empty
 };
 
 }  // namespace frugal

@@ -1,0 +1,302 @@
+#include "frugal/kv/eviction.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "frugal/core/half.h"
+
+namespace frugal {
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  uint64_t z = h ^ (v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Forwards every op to the real backend and hands attention's queries to the evictor first:
+// the model stays unaware of eviction.
+class RecordingBackend final : public Backend {
+ public:
+  RecordingBackend(Backend& inner, KvEvictor& ev) : inner_(inner), ev_(ev) {}
+  std::string name() const override { return inner_.name(); }
+  int n_threads() const override { return inner_.n_threads(); }
+  void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override {
+    inner_.matmul(w, x, n, y, bias);
+  }
+  void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override { inner_.get_rows(w, ids, n, y); }
+  void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) override {
+    inner_.rms_norm(x, weight, n_rows, dim, eps, y);
+  }
+  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+            const RopeParams& p) override {
+    inner_.rope(x, n_tokens, n_heads, head_dim, pos, p);
+  }
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_.swiglu(gate, up, n, out); }
+  void add(float* x, const float* y, int64_t n) override { inner_.add(x, y, n); }
+  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
+                 const AttentionParams& p, float* out) override {
+    ev_.record_queries(layer, seq, pos, n, q, p);
+    inner_.attention(q, kv, layer, seq, pos, n, p, out);
+  }
+
+ private:
+  Backend& inner_;
+  KvEvictor& ev_;
+};
+}  // namespace
+
+Status validate(const KvPolicyOptions& o) {
+  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvPolicy> p, make_kv_policy(o.policy));
+  if (!p->needs().evicts) return ok_status();
+  if (o.buffer < 1) return error(ErrorCode::kInvalidArgument, "kv-buffer must be at least 1 (got {})", o.buffer);
+  if (!(o.budget > 0) || (o.budget >= 1 && o.budget != std::floor(o.budget))) {
+    return error(ErrorCode::kInvalidArgument,
+                 "kv-budget for policy '{}' must be a token count (>= 1) or a fraction in (0, 1) (got {})", o.policy,
+                 o.budget);
+  }
+  if (o.budget >= 1 && o.budget <= o.buffer) {
+    return error(ErrorCode::kInvalidArgument, "kv-budget ({} tokens) must exceed kv-buffer ({})", o.budget, o.buffer);
+  }
+  return ok_status();
+}
+
+Result<std::unique_ptr<KvEvictor>> KvEvictor::create(const KvPolicyOptions& o, int32_t trace_len) {
+  FRUGAL_RETURN_IF_ERROR(validate(o));
+  std::unique_ptr<KvEvictor> ev(new KvEvictor());
+  ev->opts_ = o;
+  FRUGAL_ASSIGN_OR_RETURN(ev->policy_, make_kv_policy(o.policy));
+  ev->needs_ = ev->policy_->needs();
+  if (ev->needs_.evicts) {
+    const double b = o.budget < 1 ? std::ceil(o.budget * std::max(trace_len, 1)) : o.budget;
+    ev->stats_.budget = static_cast<int32_t>(std::min<double>(b, std::numeric_limits<int32_t>::max()));
+    if (ev->stats_.budget <= o.buffer) {
+      return error(ErrorCode::kInvalidArgument,
+                   "kv-budget {} of a {}-token trace is {} tokens, which does not exceed kv-buffer {} (lower the "
+                   "buffer or raise the budget)",
+                   o.budget, trace_len, ev->stats_.budget, o.buffer);
+    }
+  }
+  return ev;
+}
+
+KvEvictor::~KvEvictor() = default;
+
+int32_t KvEvictor::capacity(int32_t prompt_len, int32_t n_ctx) const {
+  if (!evicts()) return n_ctx;
+  const int64_t need = std::max<int64_t>(prompt_len, static_cast<int64_t>(stats_.budget) + opts_.buffer);
+  return static_cast<int32_t>(std::min<int64_t>(need, n_ctx));
+}
+
+void KvEvictor::begin(KvCache& kv, int seq, int32_t prompt_len) {
+  const KvCacheOptions& ko = kv.options();
+  if (n_seq_ != ko.n_seq || rings_.size() != static_cast<size_t>(ko.n_layer) * ko.n_seq) {
+    n_seq_ = ko.n_seq;
+    prompt_len_.assign(static_cast<size_t>(n_seq_), 0);
+    round_no_.assign(static_cast<size_t>(n_seq_), 0);
+    acc_pos_.assign(static_cast<size_t>(ko.n_layer) * n_seq_, -1);
+    rings_.assign(static_cast<size_t>(ko.n_layer) * n_seq_, Ring{});
+  }
+  prompt_len_[static_cast<size_t>(seq)] = prompt_len;
+  round_no_[static_cast<size_t>(seq)] = 0;
+  for (int l = 0; l < ko.n_layer; ++l) {
+    acc_pos_[static_cast<size_t>(l) * n_seq_ + seq] = -1;
+    ring(l, seq).count = 0;
+  }
+  if (needs_.accumulated) kv.enable_token_stats();
+}
+
+Backend& KvEvictor::backend(Backend& inner) {
+  if (!evicts() || !needs_.attention) return inner;
+  recorder_ = std::make_unique<RecordingBackend>(inner, *this);
+  return *recorder_;
+}
+
+void KvEvictor::record_queries(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
+                               const AttentionParams& p) {
+  attn_ = p;
+  const size_t row = static_cast<size_t>(p.n_head) * p.head_dim;
+  const int cap = opts_.buffer;
+  for (int64_t t = 0; t < n; ++t) {
+    const int s = seq[t];
+    if (s < 0 || s >= n_seq_ || layer < 0 || static_cast<size_t>(layer) * n_seq_ >= rings_.size()) continue;
+    Ring& rg = ring(layer, s);
+    if (rg.q.size() != row * cap) {
+      rg.q.assign(row * cap, 0.f);
+      rg.pos.assign(static_cast<size_t>(cap), 0);
+    }
+    const size_t slot = static_cast<size_t>(rg.count % cap);
+    std::memcpy(rg.q.data() + slot * row, q + static_cast<size_t>(t) * row, row * sizeof(float));
+    rg.pos[slot] = pos[t];
+    ++rg.count;
+  }
+}
+
+Status KvEvictor::step(KvCache& kv, int seq) {
+  stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, kv.used_bytes());
+  if (!evicts()) return ok_status();
+  if (kv.size(0, seq, 0) < stats_.budget + opts_.buffer) return ok_status();
+  return round(kv, seq);
+}
+
+Status KvEvictor::round(KvCache& kv, int seq) {
+  const KvCacheOptions& ko = kv.options();
+  if (seq < 0 || seq >= n_seq_) {
+    return error(ErrorCode::kInvalidArgument, "kv eviction: sequence {} was not begun (begin() before rounds)", seq);
+  }
+  if (!evicts()) return ok_status();
+  const auto t0 = Clock::now();
+  for (int l = 0; l < ko.n_layer; ++l) FRUGAL_RETURN_IF_ERROR(round_layer(kv, l, seq));
+  ++round_no_[static_cast<size_t>(seq)];
+  ++stats_.rounds;
+  stats_.round_ms += ms_since(t0);
+  return ok_status();
+}
+
+// probs_[r][j][slot]: softmax of each recorded query of the group's query heads over the slots it
+// could see when it ran; eviction only happens at rounds, so those are exactly the weights the
+// model used (slots evicted since are gone from both).
+void KvEvictor::attention_probs(const KvCache& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq) {
+  const int hd = attn_.head_dim;
+  const int n_rep = attn_.n_head / attn_.n_head_kv;
+  const int32_t* pos = kv.positions(layer, seq, head);
+  const int cap = opts_.buffer;
+  probs_.assign(static_cast<size_t>(n_rep) * nq * n, 0.f);
+  for (int r = 0; r < n_rep; ++r) {
+    const int qh = head * n_rep + r;
+    for (int j = 0; j < nq; ++j) {
+      const int64_t idx = (rg.count - nq + j) % cap;  // oldest first
+      const float* q = rg.q.data() + static_cast<size_t>(idx) * attn_.n_head * hd + static_cast<size_t>(qh) * hd;
+      const int32_t qp = rg.pos[static_cast<size_t>(idx)];
+      float* row = probs_.data() + (static_cast<size_t>(r) * nq + j) * n;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int32_t i = 0; i < n; ++i) {
+        if (pos[i] > qp || (attn_.window > 0 && pos[i] <= qp - attn_.window)) continue;
+        const float* k = keys_.data() + static_cast<size_t>(i) * hd;
+        float s = 0.f;
+        for (int e = 0; e < hd; ++e) s += q[e] * k[e];
+        row[i] = s * attn_.scale;
+        mx = std::max(mx, row[i]);
+      }
+      if (mx == -std::numeric_limits<float>::infinity()) continue;
+      double z = 0;
+      for (int32_t i = 0; i < n; ++i) {
+        if (pos[i] > qp || (attn_.window > 0 && pos[i] <= qp - attn_.window)) continue;
+        row[i] = std::exp(row[i] - mx);
+        z += row[i];
+      }
+      const float inv = static_cast<float>(1.0 / z);
+      for (int32_t i = 0; i < n; ++i) row[i] *= inv;
+    }
+  }
+}
+
+Status KvEvictor::round_layer(KvCache& kv, int layer, int seq) {
+  const KvCacheOptions& ko = kv.options();
+  const Ring& rg = ring(layer, seq);
+  const int nq = static_cast<int>(std::min<int64_t>(rg.count, opts_.buffer));
+  if (needs_.attention) {
+    if (nq == 0) {
+      return error(ErrorCode::kInvalidArgument,
+                   "kv policy '{}' reads attention but no queries were recorded for layer {} (run the model "
+                   "through KvEvictor::backend())",
+                   policy_->name(), layer);
+    }
+    if (attn_.head_dim != ko.head_dim || attn_.n_head_kv != ko.n_head_kv || attn_.n_head % ko.n_head_kv != 0) {
+      return error(ErrorCode::kInvalidArgument, "kv eviction: recorded queries do not match the cache shape");
+    }
+  }
+  const int32_t buffer = opts_.buffer;
+  const int32_t n_keep = stats_.budget - buffer;
+  const int32_t prompt_len = prompt_len_[static_cast<size_t>(seq)];
+  const int64_t round = round_no_[static_cast<size_t>(seq)];
+  int32_t& acc_pos = acc_pos_[static_cast<size_t>(layer) * n_seq_ + seq];
+  int32_t newest_q = acc_pos;
+  for (int h = 0; h < ko.n_head_kv; ++h) {
+    const int32_t n = kv.size(layer, seq, h);
+    KvHeadView v;
+    v.layer = layer;
+    v.seq = seq;
+    v.head = h;
+    v.n = n;
+    v.n_cand = std::max(0, n - buffer);
+    v.n_keep = n_keep;
+    v.positions = kv.positions(layer, seq, h);
+    v.head_dim = ko.head_dim;
+    v.seed = mix(mix(mix(mix(opts_.seed, static_cast<uint64_t>(seq)), static_cast<uint64_t>(round)),
+                     static_cast<uint64_t>(layer)),
+                 static_cast<uint64_t>(h));
+    // H2O must see every query once, even in a round that leaves this head alone.
+    const bool cut = v.n_cand > n_keep;
+    if (!cut && !needs_.accumulated) continue;
+    if (needs_.keys || needs_.attention) {
+      const size_t cnt = static_cast<size_t>(n) * ko.head_dim;
+      keys_.resize(cnt);
+      if (ko.dtype == DType::kF32) {
+        std::memcpy(keys_.data(), kv.keys(layer, seq, h), cnt * sizeof(float));
+      } else {
+        const auto* src = static_cast<const uint16_t*>(kv.keys(layer, seq, h));
+        for (size_t i = 0; i < cnt; ++i) keys_[i] = fp16_to_f32(src[i]);
+      }
+      v.keys = keys_.data();
+    }
+    if (needs_.attention) {
+      const auto ts = Clock::now();
+      attention_probs(kv, rg, layer, seq, h, n, nq);
+      v.n_rep = attn_.n_head / attn_.n_head_kv;
+      v.n_queries = nq;
+      v.probs = probs_.data();
+      if (needs_.accumulated) {
+        float* acc = kv.token_stats(layer, seq, h);
+        for (int j = 0; j < nq; ++j) {
+          const int32_t qp = rg.pos[static_cast<size_t>((rg.count - nq + j) % buffer)];
+          if (qp <= acc_pos) continue;
+          newest_q = std::max(newest_q, qp);
+          for (int r = 0; r < v.n_rep; ++r) {
+            const float* p = probs_.data() + (static_cast<size_t>(r) * nq + j) * n;
+            for (int32_t i = 0; i < n; ++i) acc[i] += p[i];
+          }
+        }
+        v.accumulated = acc;
+      }
+      stats_.stats_ms += ms_since(ts);
+    }
+    if (!cut) continue;
+    int32_t pinned = 0;
+    if (opts_.protect_prompt) {
+      while (pinned < v.n_cand && v.positions[pinned] < prompt_len) ++pinned;
+      pinned = std::min(pinned, n_keep - 1);  // as the authors: one slot at least stays contested
+    }
+    kv.keep_tokens(layer, seq, h, select(v, pinned));
+  }
+  acc_pos = newest_q;
+  return ok_status();
+}
+
+// The n_keep best candidates (pinned first, then by score, ties to the older slot), in time
+// order, followed by the buffer.
+std::vector<int32_t> KvEvictor::select(const KvHeadView& v, int32_t pinned) {
+  scores_.resize(static_cast<size_t>(v.n_cand));
+  policy_->score(v, scores_.data());
+  for (int32_t i = 0; i < pinned; ++i) scores_[static_cast<size_t>(i)] = std::numeric_limits<float>::infinity();
+  order_.resize(static_cast<size_t>(v.n_cand));
+  for (int32_t i = 0; i < v.n_cand; ++i) order_[static_cast<size_t>(i)] = i;
+  const auto better = [this](int32_t a, int32_t b) {
+    const float sa = scores_[static_cast<size_t>(a)], sb = scores_[static_cast<size_t>(b)];
+    if (sa != sb) return sa > sb || std::isnan(sb);
+    return a < b;
+  };
+  std::nth_element(order_.begin(), order_.begin() + v.n_keep, order_.end(), better);
+  std::vector<int32_t> keep(order_.begin(), order_.begin() + v.n_keep);
+  std::sort(keep.begin(), keep.end());
+  for (int32_t i = v.n_cand; i < v.n; ++i) keep.push_back(i);
+  return keep;
+}
+
+}  // namespace frugal

@@ -1,0 +1,96 @@
+// The eviction round driver: decides when a round fires, builds each head's view for the policy
+// (attention statistics only when the policy asks for them), keeps the top-scoring candidates
+// plus the recency buffer (and the prompt, when protected) in time order, and compacts the cache.
+// The schedule is Random Attention's: during decode, once a head holds budget + buffer tokens,
+// every head of every layer is cut back to `budget` tokens, so rounds come every `buffer` steps.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frugal/backend/backend.h"
+#include "frugal/core/status.h"
+#include "frugal/kv/kv_cache.h"
+#include "frugal/kv/policies/policy.h"
+
+namespace frugal {
+
+struct KvPolicyOptions {
+  std::string policy = "full";  // a name from kv_policy_names()
+  double budget = 0;            // >= 1: tokens per (layer, KV head); in (0, 1): that fraction of the
+                                // trace (prompt + tokens to generate); 0: none (only for `full`)
+  int32_t buffer = 64;          // newest tokens never evicted; also the round period in steps
+  bool protect_prompt = false;  // prompt tokens are kept, counted inside the budget
+  uint64_t seed = 0;            // for `random`
+};
+
+// Checks the name and the numbers without a model (fails at configuration, not mid-run).
+Status validate(const KvPolicyOptions& o);
+
+struct KvEvictionStats {
+  int32_t budget = 0;            // tokens per (layer, KV head), resolved from a fraction
+  int64_t rounds = 0;            // each over every layer and head of one sequence
+  double round_ms = 0;           // all rounds, everything included
+  double stats_ms = 0;           // of which: attention statistics for scored policies
+  uint64_t peak_used_bytes = 0;  // K+V bytes of live tokens, highest seen between decode steps
+};
+
+class KvEvictor {
+ public:
+  // trace_len: prompt plus tokens to generate, the base of a fractional budget.
+  static Result<std::unique_ptr<KvEvictor>> create(const KvPolicyOptions& o, int32_t trace_len);
+  ~KvEvictor();
+
+  bool evicts() const { return needs_.evicts; }
+  const KvPolicy& policy() const { return *policy_; }
+  int32_t budget() const { return stats_.budget; }
+  // Tokens per head the cache must hold for this prompt: the whole context without eviction,
+  // else max(prompt, budget + buffer), so memory follows the budget, not the trace.
+  int32_t capacity(int32_t prompt_len, int32_t n_ctx) const;
+  // Starts `seq` (call after creating the cache, before prefill).
+  void begin(KvCache& kv, int seq, int32_t prompt_len);
+  // The backend to run the model with: `inner`, or a wrapper that also records each layer's
+  // queries when the policy reads attention. Valid while this evictor and `inner` live.
+  Backend& backend(Backend& inner);
+  // Between decode steps: one round on `seq` if its heads hold budget + buffer tokens or more.
+  Status step(KvCache& kv, int seq);
+  // One round on `seq` now (every layer and head holding more than `budget` tokens).
+  Status round(KvCache& kv, int seq);
+  const KvEvictionStats& stats() const { return stats_; }
+
+  // Keeps the latest `buffer` queries ([n][n_head][head_dim], post-RoPE) of each (layer, seq);
+  // the recording backend calls it, tests may call it directly.
+  void record_queries(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
+                      const AttentionParams& p);
+
+ private:
+  struct Ring {
+    std::vector<float> q;        // [buffer][n_head * head_dim]
+    std::vector<int32_t> pos;    // [buffer]
+    int64_t count = 0;           // queries ever recorded
+  };
+  KvEvictor() = default;
+  Ring& ring(int layer, int seq) { return rings_[static_cast<size_t>(layer) * n_seq_ + seq]; }
+  Status round_layer(KvCache& kv, int layer, int seq);
+  void attention_probs(const KvCache& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq);
+  std::vector<int32_t> select(const KvHeadView& v, int32_t pinned);
+
+  KvPolicyOptions opts_;
+  std::unique_ptr<KvPolicy> policy_;
+  KvPolicyNeeds needs_;
+  KvEvictionStats stats_;
+  std::unique_ptr<Backend> recorder_;
+  int n_seq_ = 0;
+  std::vector<int32_t> prompt_len_;   // [seq]
+  std::vector<int64_t> round_no_;     // [seq]
+  std::vector<int32_t> acc_pos_;      // [layer][seq]: newest query already accumulated (H2O)
+  std::vector<Ring> rings_;           // [layer][seq]
+  AttentionParams attn_;              // as the model last ran attention
+  // Scratch reused across rounds.
+  std::vector<float> keys_, probs_, scores_;
+  std::vector<int32_t> order_;
+};
+
+}  // namespace frugal
