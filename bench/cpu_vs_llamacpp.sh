@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# frugal vs llama.cpp on the CPU, side by side: prompt processing (ppN), generation (tgN) and the
+# peak memory of one generation, on the same GGUF files with the same thread count, in one run.
+#
+# Usage: bench/cpu_vs_llamacpp.sh [options]        (from the repository root)
+#   --llamacpp-bin DIR  a built llama.cpp bin folder (llama-bench, llama-cli); default $LLAMACPP_BIN.
+#                       Without it only frugal is measured and the ratio columns read "n/a".
+#   --frugal PATH       the frugal binary (default: build/bin/frugal)
+#   --models-dir DIR    where the random-weight models are written (default: bench/models, git-ignored)
+#   --only LIST         comma-separated subset of the models, e.g. qwen2.5-0.5b:Q4_0
+#                       (default: tinyllama-1.1b and qwen2.5-0.5b in F16, Q8_0, Q4_0, Q4_K_M)
+#                       ("none": only the --model files)
+#   --model PATH        also measure an existing GGUF file (repeatable; e.g. a real small model)
+#   -t N                threads for both engines (default 2)
+#   -p N / -n N         prompt and generation lengths (default 512 / 128)
+#   -r N                repetitions per invocation (default 1)
+#   --rounds N          invocations of each engine per model, alternating A B B A ... (default 3);
+#                       every repetition of every round is one sample of the mean
+#   --no-rss            skip the peak-memory runs
+#   --append FILE       also append the table to FILE
+#   --work DIR          keep the raw outputs in DIR (default: a new temporary folder)
+#
+# Every command is printed (prefixed "+") on stderr before it runs; the markdown table goes to stdout.
+# Models are written with `frugal synth` and kept: an existing file is reused.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+
+llamacpp_bin="${LLAMACPP_BIN:-}"
+frugal="$root/build/bin/frugal"
+models_dir="$root/bench/models"
+only=""
+extra_models=()
+threads=2
+n_prompt=512
+n_gen=128
+reps=1
+rounds=3
+do_rss=1
+append=""
+work=""
+prompt="Once upon a time"
+
+die() { echo "cpu_vs_llamacpp: $*" >&2; exit 2; }
+need_arg() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value"; }
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --llamacpp-bin) need_arg "$@"; llamacpp_bin="$2"; shift 2 ;;
+    --frugal) need_arg "$@"; frugal="$2"; shift 2 ;;
+    --models-dir) need_arg "$@"; models_dir="$2"; shift 2 ;;
+    --only) need_arg "$@"; only="$2"; shift 2 ;;
+    --model) need_arg "$@"; extra_models+=("$2"); shift 2 ;;
+    -t) need_arg "$@"; threads="$2"; shift 2 ;;
+    -p) need_arg "$@"; n_prompt="$2"; shift 2 ;;
+    -n) need_arg "$@"; n_gen="$2"; shift 2 ;;
+    -r) need_arg "$@"; reps="$2"; shift 2 ;;
+    --rounds) need_arg "$@"; rounds="$2"; shift 2 ;;
+    --no-rss) do_rss=0; shift ;;
+    --append) need_arg "$@"; append="$2"; shift 2 ;;
+    --work) need_arg "$@"; work="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+done
+
+for v in threads n_prompt n_gen reps rounds; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
+done
+[[ -x "$frugal" ]] || die "no frugal binary at $frugal (build it: cmake --preset release && cmake --build --preset release --target frugal)"
+command -v python3 >/dev/null || die "python3 is needed to read the JSON results"
+
+have_llama=0
+if [[ -n "$llamacpp_bin" ]]; then
+  if [[ -x "$llamacpp_bin/llama-bench" ]]; then
+    have_llama=1
+  else
+    echo "cpu_vs_llamacpp: no llama-bench in '$llamacpp_bin': measuring frugal only" >&2
+  fi
+else
+  echo "cpu_vs_llamacpp: LLAMACPP_BIN / --llamacpp-bin not set: measuring frugal only" >&2
+fi
+have_cli=0
+[[ $have_llama == 1 && -x "$llamacpp_bin/llama-cli" ]] && have_cli=1
+have_time=0
+[[ -x /usr/bin/time ]] && have_time=1
+[[ $do_rss == 1 && $have_time == 0 ]] && echo "cpu_vs_llamacpp: no /usr/bin/time (GNU time): skipping peak memory" >&2
+
+if [[ -z "$work" ]]; then
+  work="$(mktemp -d "${TMPDIR:-/tmp}/cpu_vs_llamacpp.XXXXXX")"
+fi
+mkdir -p "$work" "$models_dir" || die "cannot create $work or $models_dir"
+echo "cpu_vs_llamacpp: raw outputs in $work" >&2
+
+# Prints a command, then runs it; stdout and stderr go to the files given.
+run_logged() {
+  local out="$1" err="$2"
+  shift 2
+  echo "+ $(printf '%q ' "$@")> $out" >&2
+  "$@" >"$out" 2>"$err"
+  local rc=$?
+  [[ $rc -ne 0 ]] && echo "  (exit status $rc; see $err)" >&2
+  return $rc
+}
+
+default_models="tinyllama-1.1b:F16,tinyllama-1.1b:Q8_0,tinyllama-1.1b:Q4_0,tinyllama-1.1b:Q4_K_M"
+default_models+=",qwen2.5-0.5b:F16,qwen2.5-0.5b:Q8_0,qwen2.5-0.5b:Q4_0,qwen2.5-0.5b:Q4_K_M"
+IFS=',' read -r -a synth_models <<<"${only:-$default_models}"
+
+# Model files to measure, as "label|type|path".
+entries=()
+for spec in "${synth_models[@]}"; do
+  [[ "$spec" == "none" || -z "$spec" ]] && continue
+  preset="${spec%%:*}"
+  type="${spec#*:}"
+  [[ "$preset" != "$spec" && -n "$type" ]] || die "model '$spec' is not PRESET:TYPE"
+  path="$models_dir/$preset-$type.gguf"
+  if [[ -s "$path" ]]; then
+    echo "cpu_vs_llamacpp: reusing $path" >&2
+  else
+    echo "+ $(printf '%q ' "$frugal" synth --preset "$preset" --type "$type" --seed 1 -o "$path")" >&2
+    if ! "$frugal" synth --preset "$preset" --type "$type" --seed 1 -o "$path"; then
+      echo "cpu_vs_llamacpp: could not write $path; skipping it" >&2
+      continue
+    fi
+  fi
+  entries+=("$preset|$type|$path")
+done
+for path in "${extra_models[@]}"; do
+  [[ -s "$path" ]] || { echo "cpu_vs_llamacpp: no model file $path; skipping it" >&2; continue; }
+  entries+=("$(basename "$path" .gguf)|file|$path")
+done
+[[ ${#entries[@]} -gt 0 ]] || die "no models to measure"
+
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cpu_vs_llamacpp: load average before: $load_before" >&2
+
+llama_bench() {  # tag round model
+  run_logged "$work/$1.llama.$2.json" "$work/$1.llama.$2.err" \
+    "$llamacpp_bin/llama-bench" -m "$3" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json
+}
+frugal_bench() {  # tag round model
+  run_logged "$work/$1.frugal.$2.json" "$work/$1.frugal.$2.err" \
+    "$frugal" bench -m "$3" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" --json
+}
+
+i=0
+for entry in "${entries[@]}"; do
+  IFS='|' read -r label type path <<<"$entry"
+  tag="$(printf '%02d' "$i")"
+  i=$((i + 1))
+  printf '%s\t%s\t%s\n' "$label" "$type" "$path" >"$work/$tag.model"
+  echo "cpu_vs_llamacpp: === $label $type ($path)" >&2
+  for ((r = 1; r <= rounds; r++)); do
+    # A B B A: a slow drift of the machine's load hits both engines alike.
+    if [[ $have_llama == 1 && $((r % 2)) == 1 ]]; then llama_bench "$tag" "$r" "$path"; fi
+    frugal_bench "$tag" "$r" "$path"
+    if [[ $have_llama == 1 && $((r % 2)) == 0 ]]; then llama_bench "$tag" "$r" "$path"; fi
+  done
+  if [[ $do_rss == 1 && $have_time == 1 ]]; then
+    if [[ $have_cli == 1 ]]; then
+      run_logged /dev/null "$work/$tag.llama.rss" /usr/bin/time -v "$llamacpp_bin/llama-cli" -m "$path" \
+        -p "$prompt" -n "$n_gen" -t "$threads" -c 2048 --temp 0 --ignore-eos -no-cnv --no-warmup </dev/null
+    fi
+    run_logged /dev/null "$work/$tag.frugal.rss" /usr/bin/time -v "$frugal" run -m "$path" \
+      -p "$prompt" -n "$n_gen" -t "$threads" -c 2048 --temp 0 --ignore-eos </dev/null
+  fi
+done
+
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cpu_vs_llamacpp: load average after: $load_after" >&2
+
+table="$(python3 "$here/cpu_vs_llamacpp_report.py" "$work" --pp "$n_prompt" --tg "$n_gen" --threads "$threads" \
+  --load-before "$load_before" --load-after "$load_after" --rounds "$rounds" --reps "$reps")" \
+  || die "could not build the table from $work"
+echo "$table"
+if [[ -n "$append" ]]; then
+  { echo; echo "$table"; } >>"$append" || die "cannot append to $append"
+fi
