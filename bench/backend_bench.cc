@@ -143,6 +143,19 @@ void BM_Dispatch(benchmark::State& state) {
   benchmark::DoNotOptimize(sink.data());
 }
 
+// Batch sizes: decode and prefill, plus FRUGAL_BENCH_BATCHES="8,16,..." to probe the crossovers.
+std::vector<int64_t> bench_batches() {
+  std::vector<int64_t> out = {1, 512};
+  if (const char* s = std::getenv("FRUGAL_BENCH_BATCHES")) {
+    out.clear();
+    for (const char* p = s; *p != 0;) {
+      out.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
+      while (*p == ',' || *p == ' ') ++p;
+    }
+  }
+  return out;
+}
+
 benchmark::internal::Benchmark* timing(benchmark::internal::Benchmark* b) {
   const char* s = std::getenv("FRUGAL_BENCH_CPU_TIME");
   if (s != nullptr && std::atoi(s) != 0) return b->MeasureProcessCPUTime();
@@ -157,7 +170,7 @@ void register_all() {
   const DType types[] = {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
   for (const Shape& s : shapes) {
     for (DType t : types) {
-      for (int64_t n : {1, 512}) {
+      for (int64_t n : bench_batches()) {
         const std::string name = "matmul/" + std::string(dtype_name(t)) + "/" + std::to_string(s.rows) + "x" +
                                  std::to_string(s.cols) + "/n" + std::to_string(n);
         auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, s.rows, s.cols, n);

@@ -141,8 +141,9 @@ TEST_P(MatmulAllTypes, MatchesDequantizedDot) {
   const TypeTraits& tt = *GetParam();
   if (tt.from_float_ref == nullptr || tt.to_float_ref == nullptr) GTEST_SKIP() << "no reference conversions";
   std::mt19937 rng(100 + static_cast<int>(tt.type));
-  // n = 1 (decode), small ragged batches, and more tokens than one block of activation rows.
-  for (int64_t n : {1, 2, 5, 70}) check_matmul(tt, 37, n, n % 2 == 1, rng);
+  // n = 1 (decode, vec_dot), small batches (gemm_tile), batches on the float path (from 8 or 16
+  // tokens), an odd batch over several activation panels.
+  for (int64_t n : {1, 2, 5, 16, 70}) check_matmul(tt, 37, n, n % 2 == 1, rng);
   check_matmul(tt, 4, 3, true, rng);
 }
 

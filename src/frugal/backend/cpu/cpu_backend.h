@@ -59,6 +59,9 @@ class CpuBackend final : public Backend {
   // Per-thread scratch of at least `bytes`, grown on the calling thread before a dispatch.
   void ensure_thread_scratch(size_t bytes);
   float* thread_scratch(int thread) const { return static_cast<float*>(scratch_[thread].data()); }
+  // matmul of F32/F16/BF16 weights with a batch, through the packed F32 kernel.
+  void matmul_float(const WeightTensor& w, const TypeTraits* tt, const float* x, int64_t n, float* y,
+                    const float* bias);
   // matmul through to_float + float dots, for types without a dot kernel.
   void matmul_dequant(const WeightTensor& w, const TypeTraits* tt, const float* x, int64_t n, float* y,
                       const float* bias);
