@@ -190,7 +190,8 @@ TEST(RandomModel, BytesDependOnSeedButNotOnThreads) {
 }
 
 TEST(RandomModel, TinyPresetsHaveTheirArchitectureFeatures) {
-  for (const std::string& name : {"tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
+  for (const char* name_c : {"tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
+    const std::string name = name_c;
     SCOPED_TRACE(name);
     auto o = random_model_preset(name);
     ASSERT_TRUE(o.ok());
@@ -213,8 +214,12 @@ TEST(RandomModel, TinyPresetsHaveTheirArchitectureFeatures) {
                                               *f->get_int(arch + ".embedding_length") /
                                                   *f->get_int(arch + ".attention.head_count"));
       EXPECT_EQ(q->dims[1], head_dim * *f->get_int(arch + ".attention.head_count"));
-      if (name == "tiny-qwen3") EXPECT_EQ(head_dim, 128);
-      if (type == "Q8_0") EXPECT_EQ(q->type, DType::kQ8_0);
+      if (name == "tiny-qwen3") {
+        EXPECT_EQ(head_dim, 128);
+      }
+      if (type == "Q8_0") {
+        EXPECT_EQ(q->type, DType::kQ8_0);
+      }
       std::remove(path.c_str());
     }
   }
