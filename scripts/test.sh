@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds and runs every test: the Release build with warnings as errors, then the GGUF and
-# tokenizer tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Installs what is missing, builds everything (Release, warnings as errors) into build/ and runs
+# every test; then the GGUF and tokenizer tests again under AddressSanitizer + UBSan, and the
+# server end-to-end tests with the official npm clients. build/bin/frugal is usable afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+scripts/install-deps.sh
 
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$jobs"
@@ -13,9 +15,10 @@ cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs" --target format_tests tokenize_tests
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --preset asan -j "$jobs" -L 'format|tokenize'
+
 # The server driven by the official OpenAI, Anthropic and Ollama clients from npm.
 if [ -x tests/server_e2e/run.sh ]; then
   npm ci --no-audit --no-fund --loglevel=error
-  tests/server_e2e/run.sh build-ci/bin/frugal
+  tests/server_e2e/run.sh build/bin/frugal
 fi
 echo "all tests passed"
