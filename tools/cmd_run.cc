@@ -26,6 +26,7 @@ struct RunArgs {
   bool ignore_eos = false;
   bool verbose = false;
   std::string kv_type = "f16";
+  KvPolicyOptions kv_policy;
   std::vector<std::string> stop;
   SamplingParams sampling;
 };
@@ -83,6 +84,8 @@ int run(const RunArgs& a) {
   } else if (a.kv_type != "f16") {
     return fail(cmd, "--kv-type must be f16 or f32, not '" + a.kv_type + "'");
   }
+  go.kv_policy = a.kv_policy;
+  if (Status s = validate(go.kv_policy); !s.ok()) return fail(cmd, s.message());
 
   CpuBackendOptions bo;
   bo.n_threads = resolve_threads(a.threads);
@@ -109,6 +112,13 @@ int run(const RunArgs& a) {
                         {"tokens", res->tokens},
                         {"stop_reason", res->stop_reason},
                         {"timings", timings_json(res->timings)},
+                        {"kv", {{"policy", a.kv_policy.policy},
+                                {"budget_tokens", res->kv_eviction.budget},
+                                {"rounds", res->kv_eviction.rounds},
+                                {"round_ms", res->kv_eviction.round_ms},
+                                {"stats_ms", res->kv_eviction.stats_ms},
+                                {"reserved_bytes", res->kv_bytes},
+                                {"peak_used_bytes", res->kv_eviction.peak_used_bytes}}},
                         {"peak_rss_bytes", peak_rss_bytes()}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
@@ -117,6 +127,15 @@ int run(const RunArgs& a) {
                  static_cast<long long>(res->timings.prefill_tokens), res->timings.prefill_tok_s(),
                  static_cast<long long>(res->timings.decode_tokens), res->timings.decode_tok_s(),
                  res->stop_reason.c_str());
+    if (a.kv_policy.policy != "full") {
+      const KvEvictionStats& k = res->kv_eviction;
+      std::fprintf(stderr, "kv %s: budget %d tokens/head, %lld rounds, %.3f ms/round (%.3f ms statistics); KV %llu "
+                   "bytes reserved, %llu peak live\n",
+                   a.kv_policy.policy.c_str(), k.budget, static_cast<long long>(k.rounds),
+                   k.rounds > 0 ? k.round_ms / static_cast<double>(k.rounds) : 0.0,
+                   k.rounds > 0 ? k.stats_ms / static_cast<double>(k.rounds) : 0.0,
+                   static_cast<unsigned long long>(res->kv_bytes), static_cast<unsigned long long>(k.peak_used_bytes));
+    }
   }
   return 0;
 }
@@ -144,6 +163,14 @@ RunFn setup(CLI::App& app) {
   app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   app.add_option("--system", a->system, "system message for --chat");
   app.add_option("--kv-type", a->kv_type, "KV cache element type: f16 or f32")->capture_default_str();
+  app.add_option("--kv-policy", a->kv_policy.policy, "KV eviction: full, window, random, h2o, tova, snapkv, rkv")
+      ->capture_default_str();
+  app.add_option("--kv-budget", a->kv_policy.budget,
+                 "KV tokens kept per layer and head (N), or a fraction of prompt + n-predict (0..1)");
+  app.add_option("--kv-buffer", a->kv_policy.buffer, "newest tokens never evicted; rounds every this many steps")
+      ->capture_default_str();
+  app.add_flag("--kv-protect-prompt", a->kv_policy.protect_prompt, "never evict prompt tokens (inside the budget)");
+  app.add_option("--kv-seed", a->kv_policy.seed, "seed of random eviction")->capture_default_str();
   app.add_flag("--json", a->json, "print one JSON object with text, tokens, timings and peak memory");
   app.add_flag("-v,--verbose", a->verbose, "describe the model and run on stderr");
   return [a]() { return run(*a); };

@@ -40,7 +40,13 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
     if (s.empty()) return error(ErrorCode::kInvalidArgument, "a stop string is empty");
   }
   FRUGAL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(opts.sampling, static_cast<int32_t>(cfg.n_vocab)));
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(model.kv_options(1, n_ctx, opts.kv_dtype)));
+  const int32_t prompt_len = static_cast<int32_t>(prompt.size());
+  const int32_t trace_len = opts.n_predict >= 0 ? std::min(n_ctx, prompt_len + opts.n_predict) : n_ctx;
+  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvEvictor> evictor, KvEvictor::create(opts.kv_policy, trace_len));
+  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(model.kv_options(1, evictor->capacity(prompt_len, n_ctx),
+                                                                       opts.kv_dtype)));
+  evictor->begin(kv, 0, prompt_len);
+  Backend& be = evictor->backend(backend);
 
   GenerateResult res;
   res.prompt_tokens = prompt;
@@ -56,7 +62,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
     const size_t end = std::min(prompt.size(), i + static_cast<size_t>(opts.n_batch));
     batch.clear();
     for (size_t j = i; j < end; ++j) batch.add(prompt[j], static_cast<int32_t>(j), 0, j + 1 == prompt.size());
-    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, backend, logits.data()));
+    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, be, logits.data()));
   }
   res.timings.prefill_ms = ms_since(t_prefill);
   res.timings.prefill_tokens = static_cast<int64_t>(prompt.size());
@@ -109,12 +115,15 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
       res.stop_reason = "context";
       break;
     }
+    FRUGAL_RETURN_IF_ERROR(evictor->step(kv, 0));
     batch.clear();
     batch.add(id, pos++, 0, true);
-    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, backend, logits.data()));
+    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, be, logits.data()));
     ++res.timings.decode_tokens;
   }
   res.timings.decode_ms = ms_since(t_decode);
+  FRUGAL_RETURN_IF_ERROR(evictor->step(kv, 0));  // counts the last token in the peak
+  res.kv_eviction = evictor->stats();
   if (res.stop_reason != "stop") pending += detok.finish();
   emit(true);
   return res;
@@ -147,7 +156,8 @@ Result<int32_t> parse_int(const std::string& name, const std::string& value) {
 }  // namespace
 
 std::vector<std::string> generate_option_names() {
-  return {"kv-type", "temp", "top-k", "top-p", "min-p", "seed", "n-batch", "ctx-size", "n-predict"};
+  return {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
+          "kv-policy", "kv-budget", "kv-buffer", "kv-protect-prompt", "kv-seed"};
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value) {
@@ -178,15 +188,43 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
     (name == "n-batch" ? o.n_batch : name == "ctx-size" ? o.n_ctx : o.n_predict) = v;
     return ok_status();
   }
+  if (name == "kv-policy") {
+    o.kv_policy.policy = value;
+    return make_kv_policy(value).status();
+  }
+  if (name == "kv-budget") {
+    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.budget, parse_number(name, value));
+    return ok_status();
+  }
+  if (name == "kv-buffer") {
+    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.buffer, parse_int(name, value));
+    return ok_status();
+  }
+  if (name == "kv-protect-prompt") {
+    if (value != "0" && value != "1" && value != "true" && value != "false") {
+      return error(ErrorCode::kInvalidArgument, "option kv-protect-prompt: '{}' is not 0, 1, true or false", value);
+    }
+    o.kv_policy.protect_prompt = value == "1" || value == "true";
+    return ok_status();
+  }
+  if (name == "kv-seed") {
+    FRUGAL_ASSIGN_OR_RETURN(int32_t v, parse_int(name, value));
+    o.kv_policy.seed = static_cast<uint64_t>(v);
+    return ok_status();
+  }
   std::string known;
   for (const auto& n : generate_option_names()) known += (known.empty() ? "" : ", ") + n;
   return error(ErrorCode::kInvalidArgument, "unknown option '{}' (known: {})", name, known);
 }
 
 std::string describe_generate_options(const GenerateOptions& o) {
-  return fmt::format("kv-type={} temp={} top-k={} top-p={} min-p={} seed={} n-batch={} ctx-size={}",
+  const KvPolicyOptions& k = o.kv_policy;
+  const std::string kv = k.policy == "full" ? std::string()
+                                            : fmt::format(" kv-policy={} kv-budget={} kv-buffer={} kv-protect-prompt={}",
+                                                          k.policy, k.budget, k.buffer, k.protect_prompt ? 1 : 0);
+  return fmt::format("kv-type={} temp={} top-k={} top-p={} min-p={} seed={} n-batch={} ctx-size={}{}",
                      dtype_name(o.kv_dtype), o.sampling.temperature, o.sampling.top_k, o.sampling.top_p,
-                     o.sampling.min_p, o.sampling.seed, o.n_batch, o.n_ctx);
+                     o.sampling.min_p, o.sampling.seed, o.n_batch, o.n_ctx, kv);
 }
 
 }  // namespace frugal

@@ -8,6 +8,7 @@
 
 #include "frugal/backend/backend.h"
 #include "frugal/decode/sampler.h"
+#include "frugal/kv/eviction.h"
 #include "frugal/model/model.h"
 #include "frugal/tokenize/tokenizer.h"
 
@@ -21,6 +22,7 @@ struct GenerateOptions {
   std::vector<std::string> stop;  // stop strings (not included in the text)
   SamplingParams sampling;
   DType kv_dtype = DType::kF16;
+  KvPolicyOptions kv_policy;   // eviction between decode steps (default `full`: none)
 };
 
 // Phase timings shared by `run --json`, `bench` and the server's request log.
@@ -40,6 +42,7 @@ struct GenerateResult {
   std::string stop_reason;            // "eos", "stop", "length", "context"
   Timings timings;
   uint64_t kv_bytes = 0;              // KV cache reserved for this generation
+  KvEvictionStats kv_eviction;        // rounds, their time, peak live KV bytes
 };
 
 // Called with each newly completed piece of text; return false to stop early.
@@ -54,7 +57,8 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
 namespace frugal {
 
 // Sets one generation option by its CLI name ("kv-type", "temp", "top-k", "top-p", "min-p",
-// "seed", "n-batch", "ctx-size", "n-predict"), so `eval --sweep NAME=v1,v2` and reference
+// "seed", "n-batch", "ctx-size", "n-predict", "kv-policy", "kv-budget", "kv-buffer",
+// "kv-protect-prompt", "kv-seed"), so `eval --sweep NAME=v1,v2` and reference
 // configurations can name any of them. kInvalidArgument names the option and the bad value.
 Status set_generate_option(GenerateOptions& opts, const std::string& name, const std::string& value);
 // The names set_generate_option accepts.

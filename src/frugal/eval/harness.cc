@@ -51,7 +51,13 @@ Result<std::vector<float>> teacher_forced_logits(Model& model, Backend& backend,
   }
   const size_t nv = static_cast<size_t>(model.config().n_vocab);
   const int32_t cap = static_cast<int32_t>(tokens.size()) + 1;
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(model.kv_options(1, cap, gen.kv_dtype)));
+  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvEvictor> evictor,
+                          KvEvictor::create(gen.kv_policy, static_cast<int32_t>(tokens.size())));
+  const int32_t n_ctx = static_cast<int32_t>(n_context);
+  FRUGAL_ASSIGN_OR_RETURN(KvCache kv,
+                          KvCache::create(model.kv_options(1, evictor->capacity(n_ctx, cap), gen.kv_dtype)));
+  evictor->begin(kv, 0, n_ctx);
+  Backend& be = evictor->backend(backend);
   std::vector<float> out((tokens.size() - n_context) * nv);
   Batch b;
   // Prefill the context in chunks; its last position predicts tokens[n_context].
@@ -59,12 +65,13 @@ Result<std::vector<float>> teacher_forced_logits(Model& model, Backend& backend,
     const size_t end = std::min(n_context, i + static_cast<size_t>(gen.n_batch));
     b.clear();
     for (size_t j = i; j < end; ++j) b.add(tokens[j], static_cast<int32_t>(j), 0, j + 1 == n_context);
-    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, backend, out.data()));
+    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, out.data()));
   }
   for (size_t j = n_context; j + 1 < tokens.size(); ++j) {
+    FRUGAL_RETURN_IF_ERROR(evictor->step(kv, 0));  // same rounds as generate()
     b.clear();
     b.add(tokens[j], static_cast<int32_t>(j), 0, true);
-    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, backend, out.data() + (j - n_context + 1) * nv));
+    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, out.data() + (j - n_context + 1) * nv));
   }
   return out;
 }
