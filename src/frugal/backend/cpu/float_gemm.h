@@ -12,7 +12,7 @@
 
 namespace frugal::cpu {
 
-// Activation rows per B panel for the SIMD target in use (two vectors of floats).
+// Activation rows per B panel for the SIMD target in use (two or four vectors of floats).
 int float_gemm_panel_cols();
 
 // Packs activation rows [c0, c0 + nc) of x ([..][k] floats, row stride k), nc <= panel_cols(), into

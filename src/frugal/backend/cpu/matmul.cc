@@ -29,8 +29,8 @@ constexpr int64_t kBlockWeightBytes = 256 * 1024;
 // Weight rows per block on the float path: each block makes one pass over the packed batch, so
 // taller is better until threads run short of blocks (128 measured best on 2048..5632 columns).
 constexpr int64_t kFloatBlockRows = 128;
-// Multiple of the float kernel's register tile rows (6 up to AVX2, 12 on AVX-512).
-constexpr int kFloatTileRows = 12;
+// Multiple of the float kernel's register tile rows (6).
+constexpr int kFloatTileRows = 6;
 // Row blocks per thread to aim for, so a slow (or preempted) core does not hold up the others.
 constexpr int64_t kBlocksPerThread = 8;
 // Smallest batches that take the float path: from there on it measured faster than the native
