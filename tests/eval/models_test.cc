@@ -1,0 +1,55 @@
+// The committed models (models/*.gguf) against the task alphabet: llama architecture, and a
+// vocabulary that gives every task character exactly one token, so a prompt of n characters is
+// n + 1 tokens (BOS) and detokenizes back to itself.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "frugal/eval/task.h"
+#include "frugal/eval/vocab.h"
+#include "frugal/format/gguf.h"
+#include "frugal/tokenize/tokenizer.h"
+
+namespace frugal::eval {
+namespace {
+
+class ModelFiles : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ModelFiles, VocabularyIsTheTaskAlphabet) {
+  const std::string path = std::string(FRUGAL_SOURCE_DIR) + "/models/" + GetParam();
+  auto file = GgufFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ((*file)->get_string("general.architecture").value(), "llama");
+  EXPECT_EQ((*file)->get_int("llama.context_length").value(), 2048);
+  auto tok = Tokenizer::from_gguf(**file);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  EXPECT_TRUE((*tok)->add_bos());
+  // Token ids of the alphabet are frozen: 259 + position in kTaskAlphabet.
+  for (size_t i = 0; i < kTaskAlphabet.size(); ++i) {
+    const std::string ch(1, kTaskAlphabet[i]);
+    auto ids = (*tok)->encode(ch);
+    ASSERT_TRUE(ids.ok());
+    ASSERT_EQ(ids->size(), 2u) << "character 0x" << std::hex << int(kTaskAlphabet[i]);
+    EXPECT_EQ((*ids)[0], (*tok)->bos());
+    EXPECT_EQ((*ids)[1], static_cast<TokenId>(259 + i));
+    EXPECT_EQ((*tok)->piece((*ids)[1]), ch);
+  }
+  for (const auto& family : task_family_names()) {
+    TaskOptions o;
+    o.length = 512;
+    auto ex = generate_task(family, TaskSplit::kTest, 3, o);
+    ASSERT_TRUE(ex.ok());
+    const std::string text = ex->prompt + ex->answer;
+    auto ids = (*tok)->encode(text);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(static_cast<int64_t>(ids->size()), ex->n_tokens());
+    std::string back;
+    for (size_t i = 1; i < ids->size(); ++i) back += (*tok)->piece((*ids)[i]);
+    EXPECT_EQ(back, text);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Committed, ModelFiles, ::testing::Values("default.gguf", "draft.gguf"));
+
+}  // namespace
+}  // namespace frugal::eval
