@@ -133,9 +133,21 @@ TEST_P(QuantKernels, GemmTileMatchesReferenceForEveryShape) {
       const auto q = quantize(ty->type, ty->from_float_ref, random_row(n, 2000 + c));
       ys.insert(ys.end(), q.begin(), q.end());
     }
+    // Reference dots and their magnitudes, once per (row, column).
+    std::vector<float> ref(static_cast<size_t>(max_rows * max_cols));
+    std::vector<double> scale(ref.size());
+    for (int r = 0; r < max_rows; ++r) {
+      const auto dx =
+          dequantize(t->to_float_ref, {xs.begin() + r * bx, xs.begin() + (r + 1) * bx}, n);
+      for (int c = 0; c < max_cols; ++c) {
+        const auto dy =
+            dequantize(ty->to_float_ref, {ys.begin() + c * by, ys.begin() + (c + 1) * by}, n);
+        t->vec_dot_ref(n, &ref[r * max_cols + c], xs.data() + r * bx, ys.data() + c * by);
+        scale[r * max_cols + c] = abs_dot_f64(dx, dy) + 1e-30;
+      }
+    }
     for (int nrx = 1; nrx <= max_rows; ++nrx) {
       for (int nry = 1; nry <= max_cols; ++nry) {
-        SCOPED_TRACE("tile " + std::to_string(nrx) + "x" + std::to_string(nry));
         const size_t ldc = static_cast<size_t>(nrx) + 3;
         std::vector<float> s(ldc * static_cast<size_t>(nry), -12345.f);
         t->gemm_tile(n, s.data(), ldc, xs.data(), bx, nrx, ys.data(), by, nry);
@@ -143,19 +155,14 @@ TEST_P(QuantKernels, GemmTileMatchesReferenceForEveryShape) {
           for (int r = 0; r < static_cast<int>(ldc); ++r) {
             const float got = s[static_cast<size_t>(c) * ldc + r];
             if (r >= nrx) {
-              EXPECT_EQ(got, -12345.f) << "wrote outside the tile at r=" << r;
+              ASSERT_EQ(got, -12345.f)
+                  << "tile " << nrx << "x" << nry << " wrote outside at r=" << r;
               continue;
             }
-            float ref = 0.f;
-            t->vec_dot_ref(n, &ref, xs.data() + r * bx, ys.data() + c * by);
-            const auto dx =
-                dequantize(t->to_float_ref,
-                           std::vector<uint8_t>(xs.begin() + r * bx, xs.begin() + (r + 1) * bx), n);
-            const auto dy =
-                dequantize(ty->to_float_ref,
-                           std::vector<uint8_t>(ys.begin() + c * by, ys.begin() + (c + 1) * by), n);
-            const double scale = abs_dot_f64(dx, dy) + 1e-30;
-            EXPECT_LE(std::fabs(got - ref) / scale, kernel_tolerance(n)) << "r=" << r << " c=" << c;
+            const float want = ref[r * max_cols + c];
+            ASSERT_LE(std::fabs(got - want) / scale[r * max_cols + c], kernel_tolerance(n))
+                << "tile " << nrx << "x" << nry << " r=" << r << " c=" << c << " got " << got
+                << " want " << want;
           }
         }
       }

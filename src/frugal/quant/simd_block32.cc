@@ -15,7 +15,7 @@
 #include "frugal/quant/reference.h"
 #include "frugal/quant/simd_common-inl.h"
 #include "frugal/quant/simd_kernels.h"
-#include "frugal/quant/simd_tile-inl.h"
+#include "frugal/quant/simd_panel-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -31,6 +31,7 @@ struct FmtQ8_0 {
   using Y = BlockQ8_0;
   static constexpr bool kSigned = true;
   static constexpr bool kOffset = false;
+  static constexpr int kI16Group = 1;  // maddubs results that fit an int16 sum
   static HWY_INLINE __m256i codes(const X& b) { return loadu_256(b.qs); }
 };
 struct FmtQ4_0 {
@@ -38,6 +39,7 @@ struct FmtQ4_0 {
   using Y = BlockQ8_0;
   static constexpr bool kSigned = true;
   static constexpr bool kOffset = false;
+  static constexpr int kI16Group = 8;  // maddubs results that fit an int16 sum
   static HWY_INLINE __m256i codes(const X& b) {
     return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
   }
@@ -47,6 +49,7 @@ struct FmtQ4_1 {
   using Y = BlockQ8_1;
   static constexpr bool kSigned = false;
   static constexpr bool kOffset = true;
+  static constexpr int kI16Group = 8;  // maddubs results that fit an int16 sum
   static HWY_INLINE __m256i codes(const X& b) { return nibbles_32(b.qs); }
 };
 struct FmtQ5_0 {
@@ -54,6 +57,7 @@ struct FmtQ5_0 {
   using Y = BlockQ8_0;
   static constexpr bool kSigned = true;
   static constexpr bool kOffset = false;
+  static constexpr int kI16Group = 8;  // maddubs results that fit an int16 sum
   static HWY_INLINE __m256i codes(const X& b) {
     uint32_t qh;
     std::memcpy(&qh, b.qh, 4);
@@ -67,6 +71,7 @@ struct FmtQ5_1 {
   using Y = BlockQ8_1;
   static constexpr bool kSigned = false;
   static constexpr bool kOffset = true;
+  static constexpr int kI16Group = 4;  // maddubs results that fit an int16 sum
   static HWY_INLINE __m256i codes(const X& b) {
     uint32_t qh;
     std::memcpy(&qh, b.qh, 4);
@@ -79,6 +84,7 @@ struct FmtIQ4_NL {
   using Y = BlockQ8_0;
   static constexpr bool kSigned = true;
   static constexpr bool kOffset = false;
+  static constexpr int kI16Group = 1;  // maddubs results that fit an int16 sum
   static HWY_INLINE __m256i codes(const X& b) {
     const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues));
     return _mm256_shuffle_epi8(_mm256_set_m128i(grid, grid), nibbles_32(b.qs));
@@ -160,54 +166,82 @@ HWY_INLINE float dot_row(int64_t n, const void* vx, const void* vy) {
   return hsum_ps(_mm256_add_ps(acc0, acc1)) + offset;
 }
 
+// Panel policy (simd_panel-inl.h): 8 weight rows x 32 elements per unit.
 template <class F>
-struct Block32Tile {
-  template <int RX, int RY>
-  static HWY_INLINE void run(const TileArgs& a) {
-    using X = typename F::X;
-    using Y = typename F::Y;
-    const X* xr[RX];
-    const Y* yc[RY];
-    for (int r = 0; r < RX; ++r) xr[r] = reinterpret_cast<const X*>(a.x + r * a.bx);
-    for (int c = 0; c < RY; ++c) yc[c] = reinterpret_cast<const Y*>(a.y + c * a.by);
-    __m256 acc[RX][RY];
-    float offset[RX][RY];
-    for (int r = 0; r < RX; ++r) {
-      for (int c = 0; c < RY; ++c) {
-        acc[r][c] = _mm256_setzero_ps();
-        offset[r][c] = 0.f;
-      }
+struct Block32Panel {
+  struct Packed {
+    __m256i codes[8];  // register k, lane r: codes 4k..4k+3 of row r (signed formats: signed)
+    __m256 d;          // lane r: scale of row r
+    __m256 m;          // lane r: offset of row r (offset formats)
+  };
+  static constexpr int64_t kUnitElems = kQK;
+  static constexpr int kChunkUnits = 32;
+  static constexpr int kGroupCols = 4;
+
+  static HWY_INLINE void pack(const uint8_t* const* rows, int nr, int64_t unit, Packed* out) {
+    alignas(32) float d[kPanelRows];
+    alignas(32) float m[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) {
+      const auto& b = reinterpret_cast<const typename F::X*>(rows[r])[unit];
+      out->codes[r] = F::codes(b);
+      d[r] = r < nr ? half_to_float(b.d) : 0.f;
+      if constexpr (F::kOffset) m[r] = r < nr ? half_to_float(b.m) : 0.f;
     }
-    const int64_t nb = a.n / kQK;
-    for (int64_t i = 0; i < nb; ++i) {
-      __m256i yq[RY];
-      __m256 dy[RY];
+    transpose_8x8_epi32(out->codes);
+    out->d = _mm256_load_ps(d);
+    if constexpr (F::kOffset) out->m = _mm256_load_ps(m);
+  }
+
+  template <int RY>
+  static HWY_INLINE void compute(const Packed* units, int count, int64_t unit0,
+                                 const uint8_t* const* cols, __m256* acc) {
+    using Y = typename F::Y;
+    const Y* yc[RY];
+    __m256 a[RY];
+    for (int c = 0; c < RY; ++c) {
+      yc[c] = reinterpret_cast<const Y*>(cols[c]) + unit0;
+      a[c] = acc[c];
+    }
+    const __m256i ones = ones_i16();
+    for (int u = 0; u < count; ++u) {
+      const Packed& p = units[u];
+      __m256i s32[RY];
+      __m256i s16[RY];
       for (int c = 0; c < RY; ++c) {
-        yq[c] = loadu_256(yc[c][i].qs);
-        dy[c] = _mm256_set1_ps(half_to_float(yc[c][i].d));
+        s32[c] = _mm256_setzero_si256();
+        s16[c] = _mm256_setzero_si256();
       }
-      for (int r = 0; r < RX; ++r) {
-        const __m256i cx = F::codes(xr[r][i]);
-        const __m256i xa = prepare<F>(cx);
-        const __m256 dx = _mm256_set1_ps(half_to_float(xr[r][i].d));
+      for (int k = 0; k < 8; ++k) {
+        const __m256i xk = p.codes[k];
+        const __m256i xa = F::kSigned ? _mm256_sign_epi8(xk, xk) : xk;
         for (int c = 0; c < RY; ++c) {
-          acc[r][c] =
-              _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[c]), block_dot<F>(xa, cx, yq[c]), acc[r][c]);
-          if constexpr (F::kOffset) offset[r][c] += offset_term<F>(xr[r][i], yc[c][i]);
+          __m256i yk = broadcast4(yc[c][u].qs + 4 * k);
+          if constexpr (F::kSigned) yk = _mm256_sign_epi8(yk, xk);
+          s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(xa, yk));
+        }
+        if ((k + 1) % F::kI16Group == 0) {
+          for (int c = 0; c < RY; ++c) {
+            s32[c] = _mm256_add_epi32(s32[c], _mm256_madd_epi16(s16[c], ones));
+            s16[c] = _mm256_setzero_si256();
+          }
+        }
+      }
+      for (int c = 0; c < RY; ++c) {
+        const __m256 dy = _mm256_set1_ps(half_to_float(yc[c][u].d));
+        a[c] = _mm256_fmadd_ps(_mm256_mul_ps(p.d, dy), _mm256_cvtepi32_ps(s32[c]), a[c]);
+        if constexpr (F::kOffset) {
+          a[c] = _mm256_fmadd_ps(p.m, _mm256_set1_ps(half_to_float(yc[c][u].s)), a[c]);
         }
       }
     }
-    for (int c = 0; c < RY; ++c) {
-      for (int r = 0; r < RX; ++r) a.s[c * a.ldc + r] = hsum_ps(acc[r][c]) + offset[r][c];
-    }
+    for (int c = 0; c < RY; ++c) acc[c] = a[c];
   }
 };
 
 template <class F>
 void gemm(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx, const void* y,
           size_t by, int nry) {
-  run_gemm<Block32Tile<F>, fast::kBlockTileRows, fast::kBlockTileCols>(n, s, ldc, x, bx, nrx, y, by,
-                                                                       nry);
+  panel_gemm<Block32Panel<F>>(n, s, ldc, x, bx, nrx, y, by, nry);
 }
 
 #define FRUGAL_BLOCK32_TO_FLOAT(Name, Fmt, ref) \

@@ -54,8 +54,9 @@ FRUGAL_FAST_TO_FLOAT(q4_1);
 FRUGAL_FAST_TO_FLOAT(q5_0);
 FRUGAL_FAST_TO_FLOAT(q5_1);
 FRUGAL_FAST_TO_FLOAT(iq4_nl);
-inline constexpr int kBlockTileRows = 4;
-inline constexpr int kBlockTileCols = 2;
+// Any shape works; these amortize the once-per-call decoding of 8 weight rows best.
+inline constexpr int kBlockTileRows = 8;
+inline constexpr int kBlockTileCols = 64;
 
 // simd_kquant.cc: the K-quants.
 FRUGAL_FAST_VEC_DOT(q2_k);
@@ -68,8 +69,8 @@ FRUGAL_FAST_GEMM(q3_k);
 FRUGAL_FAST_GEMM(q4_k);
 FRUGAL_FAST_GEMM(q5_k);
 FRUGAL_FAST_GEMM(q6_k);
-inline constexpr int kKTileRows = 4;
-inline constexpr int kKTileCols = 2;
+inline constexpr int kKTileRows = 8;
+inline constexpr int kKTileCols = 64;
 
 FRUGAL_FAST_TO_FLOAT(q8_k);
 FRUGAL_FAST_TO_FLOAT(q2_k);

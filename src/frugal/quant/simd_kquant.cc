@@ -19,6 +19,7 @@
 #include "frugal/quant/reference.h"
 #include "frugal/quant/simd_common-inl.h"
 #include "frugal/quant/simd_kernels.h"
+#include "frugal/quant/simd_panel-inl.h"
 #include "frugal/quant/simd_tile-inl.h"
 #include "hwy/highway.h"
 
@@ -80,6 +81,8 @@ HWY_INLINE void prepare_k4(const uint8_t* packed, uint16_t d, uint16_t dmin, KRo
 struct FmtQ4_K {
   using X = BlockQ4_K;
   static constexpr bool kMinTerm = true;
+  // maddubs results summed in int16 before the scale madd (range and sub-block bound).
+  static constexpr int kGroup = 8;
   static HWY_INLINE void prepare(const X& b, KRow* row) { prepare_k4(b.scales, b.d, b.dmin, row); }
   // Codes of elements 128g .. 128g+127 as 4 chunks of 32.
   static HWY_INLINE void codes(const X& b, int g, __m256i* q) {
@@ -96,6 +99,8 @@ struct FmtQ4_K {
 struct FmtQ5_K {
   using X = BlockQ5_K;
   static constexpr bool kMinTerm = true;
+  // maddubs results summed in int16 before the scale madd (range and sub-block bound).
+  static constexpr int kGroup = 4;
   static HWY_INLINE void prepare(const X& b, KRow* row) { prepare_k4(b.scales, b.d, b.dmin, row); }
   static HWY_INLINE void codes(const X& b, int g, __m256i* q) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
@@ -115,6 +120,8 @@ struct FmtQ5_K {
 struct FmtQ6_K {
   using X = BlockQ6_K;
   static constexpr bool kMinTerm = false;
+  // maddubs results summed in int16 before the scale madd (range and sub-block bound).
+  static constexpr int kGroup = 2;
   static HWY_INLINE void prepare(const X& b, KRow* row) {
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
     scales_16(s, true, row->scale);
@@ -143,6 +150,8 @@ struct FmtQ6_K {
 struct FmtQ2_K {
   using X = BlockQ2_K;
   static constexpr bool kMinTerm = true;
+  // maddubs results summed in int16 before the scale madd (range and sub-block bound).
+  static constexpr int kGroup = 4;
   static HWY_INLINE void prepare(const X& b, KRow* row) {
     const __m128i sm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
     const __m128i mask = _mm_set1_epi8(0x0F);
@@ -164,6 +173,8 @@ struct FmtQ2_K {
 struct FmtQ3_K {
   using X = BlockQ3_K;
   static constexpr bool kMinTerm = false;
+  // maddubs results summed in int16 before the scale madd (range and sub-block bound).
+  static constexpr int kGroup = 4;
   static HWY_INLINE void prepare(const X& b, KRow* row) {
     uint32_t a[3];
     std::memcpy(a, b.scales, 12);
@@ -281,6 +292,166 @@ FRUGAL_QUANT_NOIPA void to_float_k(const void* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) to_float_block(x[i], dst + i * kQK_K);
 }
 
+// Per-row scalars of a super-block for the panel: multipliers of each 16-element half-chunk
+// (sc), coefficients of the 16 activation bsums (corr), and the float scales.
+struct KScalars {
+  int16_t sc[16];
+  int16_t corr[16];
+  float d;
+  float dmin;
+};
+HWY_INLINE void k_scalars(const BlockQ4_K& b, KScalars* k) {
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc;
+    uint8_t m;
+    unpack_scale_min_k4(j, b.scales, &sc, &m);
+    k->sc[2 * j] = k->sc[2 * j + 1] = sc;
+    k->corr[2 * j] = k->corr[2 * j + 1] = m;
+  }
+  k->d = half_to_float(b.d);
+  k->dmin = half_to_float(b.dmin);
+}
+HWY_INLINE void k_scalars(const BlockQ5_K& b, KScalars* k) {
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc;
+    uint8_t m;
+    unpack_scale_min_k4(j, b.scales, &sc, &m);
+    k->sc[2 * j] = k->sc[2 * j + 1] = sc;
+    k->corr[2 * j] = k->corr[2 * j + 1] = m;
+  }
+  k->d = half_to_float(b.d);
+  k->dmin = half_to_float(b.dmin);
+}
+HWY_INLINE void k_scalars(const BlockQ2_K& b, KScalars* k) {
+  for (int l = 0; l < 16; ++l) {
+    k->sc[l] = b.scales[l] & 0xF;
+    k->corr[l] = b.scales[l] >> 4;
+  }
+  k->d = half_to_float(b.d);
+  k->dmin = half_to_float(b.dmin);
+}
+HWY_INLINE void k_scalars(const BlockQ3_K& b, KScalars* k) {
+  int8_t s[16];
+  unpack_scales_q3_k(b.scales, s);
+  for (int l = 0; l < 16; ++l) {
+    k->sc[l] = s[l];
+    k->corr[l] = static_cast<int16_t>(4 * s[l]);  // codes are stored +4
+  }
+  k->d = half_to_float(b.d);
+  k->dmin = 0.f;
+}
+HWY_INLINE void k_scalars(const BlockQ6_K& b, KScalars* k) {
+  for (int l = 0; l < 16; ++l) {
+    k->sc[l] = b.scales[l];
+    k->corr[l] = static_cast<int16_t>(32 * b.scales[l]);  // codes are stored +32
+  }
+  k->d = half_to_float(b.d);
+  k->dmin = 0.f;
+}
+
+// Panel policy (simd_panel-inl.h): 8 weight rows x one super-block per unit.
+template <class F>
+struct KPanel {
+  struct Packed {
+    __m256i codes[8][8];  // chunk j, register k, lane r: codes 32j+4k .. +3 of row r
+    __m256i sc[16];       // int16 lanes 2r, 2r+1: row r's multiplier of half-chunk l
+    __m256i corr[8];      // int16 lanes 2r, 2r+1: row r's coefficients of bsums 2i, 2i+1
+    __m256 d;
+    __m256 dmin;
+  };
+  static constexpr int64_t kUnitElems = kQK_K;
+  static constexpr int kChunkUnits = 4;
+  static constexpr int kGroupCols = 4;
+
+  static HWY_INLINE void pack(const uint8_t* const* rows, int nr, int64_t unit, Packed* out) {
+    using X = typename F::X;
+    KScalars ks[kPanelRows];
+    alignas(32) float d[kPanelRows];
+    alignas(32) float dmin[kPanelRows];
+    for (int g = 0; g < 2; ++g) {
+      __m256i q[kPanelRows][4];
+      for (int r = 0; r < kPanelRows; ++r)
+        F::codes(reinterpret_cast<const X*>(rows[r])[unit], g, q[r]);
+      for (int c = 0; c < 4; ++c) {
+        __m256i* dst = out->codes[4 * g + c];
+        for (int r = 0; r < kPanelRows; ++r) dst[r] = q[r][c];
+        transpose_8x8_epi32(dst);
+      }
+    }
+    for (int r = 0; r < kPanelRows; ++r) {
+      k_scalars(reinterpret_cast<const X*>(rows[r])[unit], &ks[r]);
+      d[r] = r < nr ? ks[r].d : 0.f;
+      dmin[r] = r < nr ? ks[r].dmin : 0.f;
+    }
+    alignas(32) int16_t lanes[16];
+    for (int l = 0; l < 16; ++l) {
+      for (int r = 0; r < kPanelRows; ++r) lanes[2 * r] = lanes[2 * r + 1] = ks[r].sc[l];
+      out->sc[l] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+    }
+    for (int i = 0; i < 8; ++i) {
+      for (int r = 0; r < kPanelRows; ++r) {
+        lanes[2 * r] = ks[r].corr[2 * i];
+        lanes[2 * r + 1] = ks[r].corr[2 * i + 1];
+      }
+      out->corr[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+    }
+    out->d = _mm256_load_ps(d);
+    out->dmin = _mm256_load_ps(dmin);
+  }
+
+  template <int RY>
+  static HWY_INLINE void compute(const Packed* units, int count, int64_t unit0,
+                                 const uint8_t* const* cols, __m256* acc) {
+    const BlockQ8_K* yc[RY];
+    __m256 a[RY];
+    for (int c = 0; c < RY; ++c) {
+      yc[c] = reinterpret_cast<const BlockQ8_K*>(cols[c]) + unit0;
+      a[c] = acc[c];
+    }
+    for (int u = 0; u < count; ++u) {
+      const Packed& p = units[u];
+      __m256i sumi[RY];
+      for (int c = 0; c < RY; ++c) sumi[c] = _mm256_setzero_si256();
+        // Not unrolled: the unrolled chunk loop made GCC's compile time explode.
+#pragma GCC unroll 1
+      for (int j = 0; j < 8; ++j) {
+        __m256i s16[RY];
+        for (int c = 0; c < RY; ++c) s16[c] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+          const __m256i xk = p.codes[j][k];
+          for (int c = 0; c < RY; ++c) {
+            const __m256i yk = broadcast4(yc[c][u].qs + 32 * j + 4 * k);
+            s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(xk, yk));
+          }
+          if ((k + 1) % F::kGroup == 0) {
+            const __m256i sc = p.sc[2 * j + k / 4];
+            for (int c = 0; c < RY; ++c) {
+              sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(s16[c], sc));
+              s16[c] = _mm256_setzero_si256();
+            }
+          }
+        }
+      }
+      for (int c = 0; c < RY; ++c) {
+        __m256i corr = _mm256_setzero_si256();
+        for (int i = 0; i < 8; ++i) {
+          corr = _mm256_add_epi32(corr,
+                                  _mm256_madd_epi16(p.corr[i], broadcast4(yc[c][u].bsums + 2 * i)));
+        }
+        const __m256 d8 = _mm256_set1_ps(yc[c][u].d);
+        if constexpr (F::kMinTerm) {
+          a[c] = _mm256_fmadd_ps(_mm256_mul_ps(p.d, d8), _mm256_cvtepi32_ps(sumi[c]), a[c]);
+          a[c] = _mm256_fnmadd_ps(_mm256_mul_ps(p.dmin, d8), _mm256_cvtepi32_ps(corr), a[c]);
+        } else {
+          a[c] = _mm256_fmadd_ps(_mm256_mul_ps(p.d, d8),
+                                 _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[c], corr)), a[c]);
+        }
+      }
+    }
+    for (int c = 0; c < RY; ++c) acc[c] = a[c];
+  }
+};
+
 template <class F>
 struct KTile {
   template <int RX, int RY>
@@ -350,7 +521,7 @@ struct KTile {
   }                                                                                               \
   void Gemm##Name(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx,             \
                   const void* y, size_t by, int nry) {                                            \
-    run_gemm<KTile<Fmt>, fast::kKTileRows, fast::kKTileCols>(n, s, ldc, x, bx, nrx, y, by, nry);  \
+    panel_gemm<KPanel<Fmt>>(n, s, ldc, x, bx, nrx, y, by, nry);                                   \
   }
 
 #else  // generic targets: the scalar reference, one pair of rows at a time
