@@ -2,12 +2,15 @@
 // --json prints one object instead.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "common.h"
 #include "frugal/engine/generate.h"
+#include "frugal/eval/score.h"
+#include "frugal/eval/task.h"
 
 namespace frugal::cli {
 namespace {
@@ -25,8 +28,12 @@ struct RunArgs {
   bool json = false;
   bool ignore_eos = false;
   bool verbose = false;
+  bool temp_given = false;
   std::string kv_type = "f16";
   KvPolicyOptions kv_policy;
+  std::string task;           // generate the prompt from a task family and score the answer
+  uint64_t task_seed = 1;
+  int64_t task_length = 512;
   std::vector<std::string> stop;
   SamplingParams sampling;
 };
@@ -52,9 +59,23 @@ int run(const RunArgs& a) {
   const std::string cmd = "run";
   auto path = resolve_model_path(a.model);
   if (!path.ok()) return fail(cmd, path.status().message());
-  auto prompt = read_prompt(a.prompt, a.prompt_file);
+  std::optional<eval::TaskExample> task;
+  Result<std::string> prompt = std::string();
+  if (!a.task.empty()) {
+    eval::TaskOptions to;
+    to.length = a.task_length;
+    auto ex = eval::generate_task(a.task, eval::TaskSplit::kTest, a.task_seed, to);
+    if (!ex.ok()) return fail(cmd, "--task: " + ex.status().message());
+    task = *ex;
+    prompt = ex->prompt;
+    std::fprintf(stderr, "task %s (test split, seed %llu, %lld tokens); the prompt ends with:\n%s\n",
+                 a.task.c_str(), static_cast<unsigned long long>(a.task_seed), static_cast<long long>(ex->n_tokens()),
+                 ex->prompt.substr(ex->prompt.size() > 300 ? ex->prompt.size() - 300 : 0).c_str());
+  } else {
+    prompt = read_prompt(a.prompt, a.prompt_file);
+  }
   if (!prompt.ok()) return fail(cmd, prompt.status().message());
-  if (prompt->empty()) return fail(cmd, "no prompt: pass -p TEXT, -f FILE or pipe text on stdin");
+  if (prompt->empty()) return fail(cmd, "no prompt: pass -p TEXT, -f FILE, --task FAMILY or pipe text on stdin");
   auto lm = load_model(*path, !a.json);
   if (!lm.ok()) return fail(cmd, lm.status().message());
   const Tokenizer& tok = *lm->tokenizer;
@@ -73,12 +94,14 @@ int run(const RunArgs& a) {
 
   GenerateOptions go;
   go.n_predict = a.n_predict;
+
   const int64_t train_ctx = lm->model->config().n_ctx_train;
   go.n_ctx = a.n_ctx > 0 ? a.n_ctx : static_cast<int32_t>(std::min<int64_t>(train_ctx > 0 ? train_ctx : 4096, 4096));
   go.n_batch = a.n_batch;
   go.ignore_eos = a.ignore_eos;
   go.stop = a.stop;
   go.sampling = a.sampling;
+  if (task) go.sampling.temperature = a.temp_given ? a.sampling.temperature : 0;  // tasks are scored greedily
   if (a.kv_type == "f32") {
     go.kv_dtype = DType::kF32;
   } else if (a.kv_type != "f16") {
@@ -123,6 +146,11 @@ int run(const RunArgs& a) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::fputc('\n', stdout);
+    if (task) {
+      const eval::TaskScore sc = eval::score_completion(*task, res->text);
+      std::fprintf(stderr, "expected answer: %s; %s\n", task->final_answer.c_str(),
+                   sc.correct ? "correct" : ("wrong (got '" + sc.extracted + "')").c_str());
+    }
     std::fprintf(stderr, "prefill: %lld tokens, %.1f tok/s; decode: %lld tokens, %.1f tok/s; stop: %s\n",
                  static_cast<long long>(res->timings.prefill_tokens), res->timings.prefill_tok_s(),
                  static_cast<long long>(res->timings.decode_tokens), res->timings.decode_tok_s(),
@@ -149,7 +177,8 @@ RunFn setup(CLI::App& app) {
   app.add_option("-c,--ctx-size", a->n_ctx, "context size in tokens (0: min(training context, 4096))")->capture_default_str();
   app.add_option("-b,--batch-size", a->n_batch, "prompt tokens per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("-t,--threads", a->threads, "CPU threads (0: all cores)")->capture_default_str();
-  app.add_option("--temp", a->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
+  app.add_option("--temp", a->sampling.temperature, "temperature (0: greedy)")->capture_default_str()
+      ->each([a](const std::string&) { a->temp_given = true; });
   app.add_option("--top-k", a->sampling.top_k, "top-k (0: off)")->capture_default_str();
   app.add_option("--top-p", a->sampling.top_p, "top-p (1: off)")->capture_default_str();
   app.add_option("--min-p", a->sampling.min_p, "min-p (0: off)")->capture_default_str();
@@ -160,6 +189,9 @@ RunFn setup(CLI::App& app) {
   app.add_option("-s,--seed", a->sampling.seed, "sampling seed")->capture_default_str();
   app.add_option("--stop", a->stop, "stop string (repeatable)");
   app.add_flag("--ignore-eos", a->ignore_eos, "keep generating after end-of-text tokens");
+  app.add_option("--task", a->task, "prompt with a generated test task of this family and score the answer (greedy)");
+  app.add_option("--task-seed", a->task_seed, "seed of the --task example")->capture_default_str();
+  app.add_option("--task-length", a->task_length, "target length in tokens of the --task example")->capture_default_str();
   app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   app.add_option("--system", a->system, "system message for --chat");
   app.add_option("--kv-type", a->kv_type, "KV cache element type: f16 or f32")->capture_default_str();
