@@ -177,6 +177,7 @@ struct Block32Panel {
   static constexpr int64_t kUnitElems = kQK;
   static constexpr int kChunkUnits = 32;
   static constexpr int kGroupCols = 4;
+  static constexpr int kRows = kPanelRows;
 
   static HWY_INLINE void pack(const uint8_t* const* rows, int nr, int64_t unit, Packed* out) {
     alignas(32) float d[kPanelRows];

@@ -2,11 +2,14 @@
 // tiles. Everything is Highway code; F16 goes through the F16C conversions on x86.
 #include "frugal/quant/simd_config.h"
 
+#include <type_traits>
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "frugal/quant/simd_float.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include "frugal/quant/simd_common-inl.h"
+#include "frugal/quant/simd_panel-inl.h"
 #include "frugal/quant/simd_tile-inl.h"
 #include "hwy/highway.h"
 
@@ -108,17 +111,107 @@ struct FloatTile {
   }
 };
 
-// Scalable vectors cannot live in arrays; there the tile is a loop of dot products.
+#if FRUGAL_QUANT_AVX2
+// 8 elements as floats (AVX2 width, whatever Highway's native width on this target).
+HWY_INLINE __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+HWY_INLINE __m256 load8(const uint16_t* p, F16Elems) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+HWY_INLINE __m256 load8(const uint16_t* p, BF16Elems) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+template <class E>
+HWY_INLINE __m256 load8(const typename E::T* p) {
+  if constexpr (std::is_same_v<E, F32Elems>) {
+    return load8(p);
+  } else {
+    return load8(p, E());
+  }
+}
+
+// Panel policy (simd_panel-inl.h): 16 weight rows x 8 elements per unit, converted to f32 once
+// per call. Each activation chunk is converted into a small f32 buffer, then every element is
+// broadcast against the 16 rows (two vectors): 2 FMAs per broadcast, 12 accumulators for
+// 6 activation rows, and no conversions in the inner loop.
+template <class E>
+struct FloatPanel {
+  using T = typename E::T;
+  struct Packed {
+    __m256 v[8][2];  // element j of the unit, vector h, lane r: row 8h + r
+  };
+  static constexpr int kRows = 16;
+  static constexpr int64_t kUnitElems = 8;
+  static constexpr int kChunkUnits = 16;
+  static constexpr int kGroupCols = 6;
+
+  static HWY_INLINE void pack(const uint8_t* const* rows, int nr, int64_t unit, Packed* out) {
+    for (int h = 0; h < 2; ++h) {
+      __m256i r[8];
+      for (int i = 0; i < 8; ++i) {
+        r[i] =
+            _mm256_castps_si256(load8<E>(reinterpret_cast<const T*>(rows[8 * h + i]) + 8 * unit));
+      }
+      transpose_8x8_epi32(r);
+      for (int j = 0; j < 8; ++j) out->v[j][h] = _mm256_castsi256_ps(r[j]);
+    }
+  }
+
+  template <int RY>
+  static HWY_INLINE void compute(const Packed* units, int count, int64_t unit0,
+                                 const uint8_t* const* cols, __m256* acc) {
+    alignas(32) float yf[RY][kChunkUnits * 8];
+    __m256 a[RY][2];
+    for (int c = 0; c < RY; ++c) {
+      const T* yc = reinterpret_cast<const T*>(cols[c]) + 8 * unit0;
+      for (int u = 0; u < count; ++u) _mm256_store_ps(yf[c] + 8 * u, load8<E>(yc + 8 * u));
+      a[c][0] = acc[2 * c];
+      a[c][1] = acc[2 * c + 1];
+    }
+    for (int u = 0; u < count; ++u) {
+      for (int j = 0; j < 8; ++j) {
+        const __m256 x0 = units[u].v[j][0];
+        const __m256 x1 = units[u].v[j][1];
+        for (int c = 0; c < RY; ++c) {
+          const __m256 b = _mm256_broadcast_ss(yf[c] + 8 * u + j);
+          a[c][0] = _mm256_fmadd_ps(x0, b, a[c][0]);
+          a[c][1] = _mm256_fmadd_ps(x1, b, a[c][1]);
+        }
+      }
+    }
+    for (int c = 0; c < RY; ++c) {
+      acc[2 * c] = a[c][0];
+      acc[2 * c + 1] = a[c][1];
+    }
+  }
+};
+#endif  // FRUGAL_QUANT_AVX2
+
 template <class E>
 void gemm_float(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx, const void* y,
                 size_t by, int nry) {
-#if HWY_HAVE_SCALABLE
   using T = typename E::T;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  const uint8_t* yb = static_cast<const uint8_t*>(y);
+#if FRUGAL_QUANT_AVX2
+  panel_gemm<FloatPanel<E>>(n, s, ldc, x, bx, nrx, y, by, nry);
+  const int64_t done = n - n % 8;
+  if (done == n) return;
+  for (int c = 0; c < nry; ++c) {  // the last n % 8 elements
+    for (int r = 0; r < nrx; ++r) {
+      const T* xr = reinterpret_cast<const T*>(xb + r * bx);
+      const T* yc = reinterpret_cast<const T*>(yb + c * by);
+      float tail = 0.f;
+      for (int64_t k = done; k < n; ++k) tail += E::one(xr + k) * E::one(yc + k);
+      s[c * ldc + r] += tail;
+    }
+  }
+#elif HWY_HAVE_SCALABLE
+  // Scalable vectors cannot live in arrays; there the tile is a loop of dot products.
   for (int c = 0; c < nry; ++c) {
     for (int r = 0; r < nrx; ++r) {
-      s[c * ldc + r] =
-          dot<E>(reinterpret_cast<const T*>(static_cast<const uint8_t*>(x) + r * bx),
-                 reinterpret_cast<const T*>(static_cast<const uint8_t*>(y) + c * by), n);
+      s[c * ldc + r] = dot<E>(reinterpret_cast<const T*>(xb + r * bx),
+                              reinterpret_cast<const T*>(yb + c * by), n);
     }
   }
 #else

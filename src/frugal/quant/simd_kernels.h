@@ -26,8 +26,8 @@ FRUGAL_FAST_VEC_DOT(bf16);
 FRUGAL_FAST_GEMM(f32);
 FRUGAL_FAST_GEMM(f16);
 FRUGAL_FAST_GEMM(bf16);
-inline constexpr int kFloatTileRows = 4;
-inline constexpr int kFloatTileCols = 3;
+inline constexpr int kFloatTileRows = 16;
+inline constexpr int kFloatTileCols = 64;
 
 // simd_q8.cc: activation quantizers.
 FRUGAL_FAST_FROM_FLOAT(q8_0);

@@ -362,6 +362,7 @@ struct KPanel {
   static constexpr int64_t kUnitElems = kQK_K;
   static constexpr int kChunkUnits = 4;
   static constexpr int kGroupCols = 4;
+  static constexpr int kRows = kPanelRows;
 
   static HWY_INLINE void pack(const uint8_t* const* rows, int nr, int64_t unit, Packed* out) {
     using X = typename F::X;

@@ -8,12 +8,14 @@
 // the decoding cost is shared by every activation row of the call.
 //
 // A policy P describes one format:
-//   using Packed;                          one packed unit (8 rows x kUnitElems elements)
+//   static constexpr int kRows;            weight rows per panel (8, or 16 for floats)
+//   using Packed;                          one packed unit (kRows x kUnitElems elements)
 //   static constexpr int64_t kUnitElems;   elements per unit (32 or 256)
 //   static constexpr int kChunkUnits;      units packed per pass (sized to stay in L1)
 //   static void pack(const uint8_t* const* rows, int nr, int64_t unit, Packed* out);
 //   template <int RY> static void compute(const Packed* units, int count, int64_t unit0,
 //                                         const uint8_t* const* cols, __m256* acc);
+//   (acc: kRows / 8 vectors per activation row, row-major)
 
 #if defined(FRUGAL_QUANT_SIMD_PANEL_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FRUGAL_QUANT_SIMD_PANEL_INL_H_
@@ -84,23 +86,26 @@ HWY_INLINE void panel_compute_cols(int ry, const typename P::Packed* units, int 
   }
 }
 
-// The whole product s[c * ldc + r] = dot(x row r, y row c) for r < nrx, c < nry.
+// The whole product s[c * ldc + r] = dot(x row r, y row c) for r < nrx, c < nry. P::kRows (8 or
+// 16) weight rows per panel; acc holds kRows / 8 vectors per activation row.
 template <class P>
 HWY_INLINE void panel_gemm(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx,
                            const void* y, size_t by, int nry) {
+  constexpr int kRows = P::kRows;
+  constexpr int kVecs = kRows / 8;
   const int64_t nunits = n / P::kUnitElems;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   const uint8_t* yb = static_cast<const uint8_t*>(y);
   alignas(32) typename P::Packed packed[P::kChunkUnits];
-  alignas(32) __m256 acc[kPanelPassCols];
-  for (int r0 = 0; r0 < nrx; r0 += kPanelRows) {
-    const int nr = nrx - r0 < kPanelRows ? nrx - r0 : kPanelRows;
-    const uint8_t* rows[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r)
-      rows[r] = xb + static_cast<size_t>(r0 + (r < nr ? r : 0)) * bx;
+  alignas(32) __m256 acc[kPanelPassCols * kVecs];
+  for (int r0 = 0; r0 < nrx; r0 += kRows) {
+    const int nr = nrx - r0 < kRows ? nrx - r0 : kRows;
+    // Rows past the end repeat the panel's first row; their lanes are never stored.
+    const uint8_t* rows[kRows];
+    for (int r = 0; r < kRows; ++r) rows[r] = xb + static_cast<size_t>(r0 + (r < nr ? r : 0)) * bx;
     for (int c0 = 0; c0 < nry; c0 += kPanelPassCols) {
       const int npc = nry - c0 < kPanelPassCols ? nry - c0 : kPanelPassCols;
-      for (int c = 0; c < npc; ++c) acc[c] = _mm256_setzero_ps();
+      for (int i = 0; i < npc * kVecs; ++i) acc[i] = _mm256_setzero_ps();
       for (int64_t u0 = 0; u0 < nunits; u0 += P::kChunkUnits) {
         const int count =
             static_cast<int>(nunits - u0 < P::kChunkUnits ? nunits - u0 : P::kChunkUnits);
@@ -109,12 +114,12 @@ HWY_INLINE void panel_gemm(int64_t n, float* s, size_t ldc, const void* x, size_
           const int ry = npc - cg < P::kGroupCols ? npc - cg : P::kGroupCols;
           const uint8_t* cols[P::kGroupCols];
           for (int c = 0; c < ry; ++c) cols[c] = yb + static_cast<size_t>(c0 + cg + c) * by;
-          panel_compute_cols<P>(ry, packed, count, u0, cols, acc + cg);
+          panel_compute_cols<P>(ry, packed, count, u0, cols, acc + cg * kVecs);
         }
       }
       for (int c = 0; c < npc; ++c) {
-        alignas(32) float lanes[kPanelRows];
-        _mm256_store_ps(lanes, acc[c]);
+        alignas(32) float lanes[kRows];
+        for (int h = 0; h < kVecs; ++h) _mm256_store_ps(lanes + 8 * h, acc[c * kVecs + h]);
         float* out = s + static_cast<size_t>(c0 + c) * ldc + r0;
         for (int r = 0; r < nr; ++r) out[r] = lanes[r];
       }
