@@ -119,51 +119,68 @@ HWY_INLINE float offset_term(const typename F::X& x, const typename F::Y& y) {
   }
 }
 
-// The integer dot of prepared weight codes with an activation block, as floats. For signed
-// formats `xa` holds |x| and `xs` x (for the sign); for unsigned ones both hold x.
+// The int32 dot of one block pair, as 8 partial sums.
 template <class F>
-HWY_INLINE __m256 block_dot(__m256i xa, __m256i xs, __m256i y) {
+HWY_INLINE __m256i block_sums(const typename F::X& x, const typename F::Y& y) {
+  const __m256i c = F::codes(x);
+  const __m256i yq = loadu_256(y.qs);
   if constexpr (F::kSigned) {
-    return _mm256_cvtepi32_ps(dot_u8_i8(xa, _mm256_sign_epi8(y, xs)));
+    return dot_u8_i8(_mm256_sign_epi8(c, c), _mm256_sign_epi8(yq, c));
   } else {
-    return _mm256_cvtepi32_ps(dot_u8_i8(xa, y));
+    return dot_u8_i8(c, yq);
   }
 }
 
-template <class F>
-HWY_INLINE __m256i prepare(__m256i codes) {
-  if constexpr (F::kSigned) {
-    return _mm256_sign_epi8(codes, codes);
-  } else {
-    return codes;
-  }
+// Eight fp16 values at a fixed byte stride, as floats.
+HWY_INLINE __m256 halves8(const uint16_t* first, size_t stride_bytes) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(first);
+  uint16_t h[8];
+  for (int i = 0; i < 8; ++i) std::memcpy(&h[i], p + i * stride_bytes, 2);
+  const __m128i v =
+      _mm_setr_epi16(static_cast<short>(h[0]), static_cast<short>(h[1]), static_cast<short>(h[2]),
+                     static_cast<short>(h[3]), static_cast<short>(h[4]), static_cast<short>(h[5]),
+                     static_cast<short>(h[6]), static_cast<short>(h[7]));
+  return _mm256_cvtph_ps(v);
 }
 
+// Eight blocks at a time: the blocks' int32 sums are reduced into one vector (lane b: block
+// b), so the scales are converted and applied 8 at a time instead of broadcast per block.
 template <class F>
 HWY_INLINE float dot_row(int64_t n, const void* vx, const void* vy) {
-  const auto* x = static_cast<const typename F::X*>(vx);
-  const auto* y = static_cast<const typename F::Y*>(vy);
+  using X = typename F::X;
+  using Y = typename F::Y;
+  const X* x = static_cast<const X*>(vx);
+  const Y* y = static_cast<const Y*>(vy);
   const int64_t nb = n / kQK;
-  __m256 acc0 = _mm256_setzero_ps();
-  __m256 acc1 = _mm256_setzero_ps();
-  float offset = 0.f;
+  __m256 acc = _mm256_setzero_ps();
+  __m256 acc_offset = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const __m256i c0 = F::codes(x[i]);
-    const __m256i c1 = F::codes(x[i + 1]);
-    const __m256 d0 = _mm256_set1_ps(half_to_float(x[i].d) * half_to_float(y[i].d));
-    const __m256 d1 = _mm256_set1_ps(half_to_float(x[i + 1].d) * half_to_float(y[i + 1].d));
-    acc0 = _mm256_fmadd_ps(d0, block_dot<F>(prepare<F>(c0), c0, loadu_256(y[i].qs)), acc0);
-    acc1 = _mm256_fmadd_ps(d1, block_dot<F>(prepare<F>(c1), c1, loadu_256(y[i + 1].qs)), acc1);
-    offset += offset_term<F>(x[i], y[i]) + offset_term<F>(x[i + 1], y[i + 1]);
+  for (; i + 8 <= nb; i += 8) {
+    __m256i p[8];
+    for (int b = 0; b < 8; ++b) p[b] = block_sums<F>(x[i + b], y[i + b]);
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]);
+    const __m256i h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]);
+    const __m256i h67 = _mm256_hadd_epi32(p[6], p[7]);
+    const __m256i lo = _mm256_hadd_epi32(h01, h23);  // blocks 0-3 (low halves) | 0-3 (high halves)
+    const __m256i hi = _mm256_hadd_epi32(h45, h67);
+    const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                                          _mm256_permute2x128_si256(lo, hi, 0x31));
+    const __m256 dx = halves8(&x[i].d, sizeof(X));
+    const __m256 dy = halves8(&y[i].d, sizeof(Y));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(sums), acc);
+    if constexpr (F::kOffset) {
+      acc_offset =
+          _mm256_fmadd_ps(halves8(&x[i].m, sizeof(X)), halves8(&y[i].s, sizeof(Y)), acc_offset);
+    }
   }
+  float tail = 0.f;
   for (; i < nb; ++i) {
-    const __m256i c = F::codes(x[i]);
-    const __m256 d = _mm256_set1_ps(half_to_float(x[i].d) * half_to_float(y[i].d));
-    acc0 = _mm256_fmadd_ps(d, block_dot<F>(prepare<F>(c), c, loadu_256(y[i].qs)), acc0);
-    offset += offset_term<F>(x[i], y[i]);
+    const float d = half_to_float(x[i].d) * half_to_float(y[i].d);
+    tail +=
+        d * static_cast<float>(hsum_epi32(block_sums<F>(x[i], y[i]))) + offset_term<F>(x[i], y[i]);
   }
-  return hsum_ps(_mm256_add_ps(acc0, acc1)) + offset;
+  return hsum_ps(_mm256_add_ps(acc, acc_offset)) + tail;
 }
 
 // Panel policy (simd_panel-inl.h): 8 weight rows x 32 elements per unit.
