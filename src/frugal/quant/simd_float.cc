@@ -160,11 +160,19 @@ struct FloatPanel {
   template <int RY>
   static HWY_INLINE void compute(const Packed* units, int count, int64_t unit0,
                                  const uint8_t* const* cols, __m256* acc) {
-    alignas(32) float yf[RY][kChunkUnits * 8];
+    // F32 activations are broadcast straight from their rows; 16-bit ones are converted once.
+    constexpr bool kConvert = !std::is_same_v<E, F32Elems>;
+    alignas(32) float yf[kConvert ? RY : 1][kChunkUnits * 8];
+    const float* yrow[RY];
     __m256 a[RY][2];
     for (int c = 0; c < RY; ++c) {
       const T* yc = reinterpret_cast<const T*>(cols[c]) + 8 * unit0;
-      for (int u = 0; u < count; ++u) _mm256_store_ps(yf[c] + 8 * u, load8<E>(yc + 8 * u));
+      if constexpr (kConvert) {
+        for (int u = 0; u < count; ++u) _mm256_store_ps(yf[c] + 8 * u, load8<E>(yc + 8 * u));
+        yrow[c] = yf[c];
+      } else {
+        yrow[c] = yc;
+      }
       a[c][0] = acc[2 * c];
       a[c][1] = acc[2 * c + 1];
     }
@@ -173,7 +181,7 @@ struct FloatPanel {
         const __m256 x0 = units[u].v[j][0];
         const __m256 x1 = units[u].v[j][1];
         for (int c = 0; c < RY; ++c) {
-          const __m256 b = _mm256_broadcast_ss(yf[c] + 8 * u + j);
+          const __m256 b = _mm256_broadcast_ss(yrow[c] + 8 * u + j);
           a[c][0] = _mm256_fmadd_ps(x0, b, a[c][0]);
           a[c][1] = _mm256_fmadd_ps(x1, b, a[c][1]);
         }
