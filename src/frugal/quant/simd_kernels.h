@@ -1,5 +1,9 @@
 // Fast kernels, dispatched at run time to the best SIMD target of the CPU (Highway). Each
 // function has the signature of its slot in TypeTraits; the table in type_traits.cc wires them.
+//
+// gemm kernels accept any shape (nrx, nry). On AVX2 they decode a panel of weight rows once per
+// call (simd_panel-inl.h) and stream every activation row past it, so the preferred tile is a
+// full panel of rows by many activation rows: the decoding cost is shared by all of them.
 #pragma once
 
 #include <cstddef>
@@ -54,7 +58,6 @@ FRUGAL_FAST_TO_FLOAT(q4_1);
 FRUGAL_FAST_TO_FLOAT(q5_0);
 FRUGAL_FAST_TO_FLOAT(q5_1);
 FRUGAL_FAST_TO_FLOAT(iq4_nl);
-// Any shape works; these amortize the once-per-call decoding of 8 weight rows best.
 inline constexpr int kBlockTileRows = 8;
 inline constexpr int kBlockTileCols = 64;
 
