@@ -1,0 +1,418 @@
+#include "frugal/engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "frugal/core/half.h"
+
+namespace frugal {
+
+struct Engine::Active {
+  Active(SeqId id_, RequestOptions req_, const Tokenizer& tok, StopOptions stop_opts, int32_t n_vocab)
+      : id(id_),
+        req(std::move(req_)),
+        handle(std::make_shared<RequestHandle>(id_)),
+        sampler(req.sampling, n_vocab),
+        stop(std::move(stop_opts)),
+        detok(tok, /*render_special=*/false, /*strip_space_prefix=*/false) {
+    if (req.json_schema) {
+      matcher.emplace(req.json_schema);
+      scratch.emplace(req.json_schema);
+    }
+  }
+  SeqId id;
+  RequestOptions req;
+  std::shared_ptr<RequestHandle> handle;
+  Sampler sampler;
+  StopChecker stop;
+  Detokenizer detok;
+  std::optional<JsonMatcher> matcher;
+  std::optional<JsonMatcher> scratch;
+  double arrival = 0, admitted = -1, first_token = -1, last_token = -1;
+  int64_t cached = 0, prefill_tokens = 0, decode_forwards = 0, generated = 0;
+};
+
+namespace {
+constexpr int32_t kMinSlotCapacity = 16;
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& tok, Backend& backend,
+                                               const EngineOptions& opts) {
+  const ModelConfig& cfg = model.config();
+  if (opts.n_parallel < 1 || opts.n_parallel > 256) {
+    return error(ErrorCode::kInvalidArgument, "engine: parallel = {} must be in [1, 256]", opts.n_parallel);
+  }
+  if (opts.max_step_tokens < opts.n_parallel) {
+    return error(ErrorCode::kInvalidArgument, "engine: the step budget ({} tokens) must be at least parallel ({})",
+                 opts.max_step_tokens, opts.n_parallel);
+  }
+  if (opts.max_waiting < 0) return error(ErrorCode::kInvalidArgument, "engine: max_waiting must be >= 0");
+  if (opts.kv_dtype != DType::kF16 && opts.kv_dtype != DType::kF32) {
+    return error(ErrorCode::kInvalidArgument, "engine: the KV cache type must be f16 or f32");
+  }
+  const int64_t train = cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096;
+  int64_t capacity = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(train, 4096);
+  const uint64_t row_bytes = static_cast<uint64_t>(cfg.n_layer) * cfg.n_head_kv * cfg.head_dim * 2 *
+                             (opts.kv_dtype == DType::kF16 ? 2 : 4);
+  if (opts.kv_memory > 0) {
+    const uint64_t fit = opts.kv_memory / (static_cast<uint64_t>(opts.n_parallel) * row_bytes);
+    if (fit < static_cast<uint64_t>(kMinSlotCapacity)) {
+      return error(ErrorCode::kOverBudget,
+                   "engine: a KV budget of {} bytes holds {} tokens per sequence at parallel {} ({} bytes per token); "
+                   "at least {} are needed: raise --kv-memory or lower --parallel",
+                   opts.kv_memory, fit, opts.n_parallel, row_bytes, kMinSlotCapacity);
+    }
+    capacity = std::min<int64_t>(capacity, static_cast<int64_t>(std::min<uint64_t>(fit, 1u << 30)));
+  }
+  FRUGAL_ASSIGN_OR_RETURN(KvCache kv,
+                          KvCache::create(model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype)));
+  return std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv), static_cast<int32_t>(capacity)));
+}
+
+Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const EngineOptions& opts, KvCache kv,
+               int32_t slot_capacity)
+    : model_(model),
+      tok_(tok),
+      backend_(backend),
+      opts_(opts),
+      kv_(std::move(kv)),
+      slot_capacity_(slot_capacity),
+      sched_(SchedulerOptions{opts.n_parallel, slot_capacity, opts.max_step_tokens, std::max(opts.max_waiting, 1),
+                              opts.queue_timeout_s, opts.prefix_cache, 16}),
+      t0_(std::chrono::steady_clock::now()) {
+  const auto n_vocab = static_cast<size_t>(model.config().n_vocab);
+  pieces_.resize(n_vocab);
+  blocked_.assign(n_vocab, 0);
+  for (size_t v = 0; v < n_vocab; ++v) {
+    const auto id = static_cast<TokenId>(v);
+    pieces_[v] = tok.piece(id, false);
+    blocked_[v] = (tok.is_control(id) && !tok.is_eog(id)) || (pieces_[v].empty() && !tok.is_eog(id));
+  }
+  logits_.resize(static_cast<size_t>(opts.n_parallel) * n_vocab);
+  masked_.resize(n_vocab);
+  const auto& ko = kv_.options();
+  kbuf_.resize(static_cast<size_t>(ko.n_head_kv) * ko.head_dim);
+  vbuf_.resize(kbuf_.size());
+  stats_.n_slots = opts.n_parallel;
+  stats_.slot_capacity = slot_capacity;
+  stats_.kv_rows_total = static_cast<int64_t>(opts.n_parallel) * slot_capacity;
+  stats_.kv_bytes = kv_.reserved_bytes();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+double Engine::now_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
+  if (req.prompt.empty()) return error(ErrorCode::kInvalidArgument, "the prompt is empty (no tokens)");
+  if (static_cast<int64_t>(req.prompt.size()) >= slot_capacity_) {
+    return error(ErrorCode::kInvalidArgument,
+                 "the prompt has {} tokens but the context of a sequence holds {} (prompt and output together)",
+                 req.prompt.size(), slot_capacity_);
+  }
+  const auto n_vocab = static_cast<int32_t>(model_.config().n_vocab);
+  for (TokenId t : req.prompt) {
+    if (t < 0 || t >= n_vocab) {
+      return error(ErrorCode::kInvalidArgument, "prompt token id {} is outside the vocabulary [0, {})", t, n_vocab);
+    }
+  }
+  FRUGAL_RETURN_IF_ERROR(validate(req.sampling));
+  if (req.max_tokens == 0 || req.max_tokens < -1) {
+    return error(ErrorCode::kInvalidArgument, "max_tokens = {} must be at least 1 (or -1: no limit)", req.max_tokens);
+  }
+  StopOptions so;
+  so.stop = req.stop;
+  so.max_tokens = req.max_tokens;
+  if (!req.ignore_eos) so.is_eog = [this](TokenId id) { return tok_.is_eog(id); };
+  FRUGAL_RETURN_IF_ERROR(validate(so));
+  if (req.logprobs > 20) {
+    return error(ErrorCode::kInvalidArgument, "logprobs: at most 20 alternatives per token, not {}", req.logprobs);
+  }
+  const SeqId id = next_id_.fetch_add(1);
+  auto act = std::make_unique<Active>(id, std::move(req), tok_, std::move(so), n_vocab);
+  act->arrival = now_s();
+  auto handle = act->handle;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) return error(ErrorCode::kNotSupported, "the engine is shutting down");
+    if (n_waiting_.load() + static_cast<int>(incoming_.size()) >= opts_.max_waiting) {
+      return error(ErrorCode::kOverBudget, "the server is busy: {} requests are already waiting (queue limit {})",
+                   n_waiting_.load() + static_cast<int>(incoming_.size()), opts_.max_waiting);
+    }
+    incoming_.push_back(std::move(act));
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<std::unique_ptr<Active>> fresh;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (active_.empty()) {
+        cv_.wait(lk, [&] { return stop_ || !incoming_.empty(); });
+      }
+      if (stop_) break;
+      fresh.swap(incoming_);
+    }
+    for (auto& a : fresh) {
+      const SeqId id = a->id;
+      std::vector<TokenId> prompt = a->req.prompt;
+      active_[id] = std::move(a);
+      Status st = sched_.enqueue(id, std::move(prompt), now_s());
+      if (!st.ok()) finish(id, FinishReason::kError, st);
+    }
+    step();
+  }
+  // Shutting down: nobody will run what is left.
+  std::vector<std::unique_ptr<Active>> left;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    left.swap(incoming_);
+  }
+  for (auto& a : left) active_[a->id] = std::move(a);
+  std::vector<SeqId> ids;
+  for (const auto& [id, a] : active_) ids.push_back(id);
+  for (SeqId id : ids) finish(id, FinishReason::kCancelled);
+}
+
+void Engine::step() {
+  std::vector<SeqId> gone;
+  for (const auto& [id, a] : active_) {
+    if (a->handle->cancelled()) gone.push_back(id);
+  }
+  for (SeqId id : gone) finish(id, FinishReason::kCancelled);
+
+  const double now = now_s();
+  StepPlan plan = sched_.plan(now);
+  for (const auto& r : plan.refused) finish(r.id, FinishReason::kError, Status(ErrorCode::kOverBudget, r.reason));
+  for (const auto& a : plan.admitted) apply_admission(a, now);
+
+  batch_.clear();
+  std::vector<StepItem> items;
+  items.reserve(plan.items.size());
+  for (const auto& it : plan.items) {
+    if (!sched_.is_running(it.id)) continue;  // failed while being admitted
+    const auto toks = sched_.tokens(it.id);
+    for (int32_t p = it.begin; p < it.end; ++p) {
+      batch_.add(toks[static_cast<size_t>(p)], p, it.slot, it.logits && p + 1 == it.end);
+    }
+    items.push_back(it);
+  }
+  if (!items.empty()) {
+    const Status st = model_.forward(batch_, kv_, backend_, logits_.data());
+    if (!st.ok()) {
+      for (const auto& it : items) {
+        finish(it.id, FinishReason::kError, st);
+        kv_.clear(it.slot);
+        sched_.drop_cache(it.slot);
+      }
+    } else {
+      sched_.commit(plan);
+      const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+      size_t row = 0;
+      for (const auto& it : items) {
+        auto found = active_.find(it.id);
+        if (found == active_.end()) continue;
+        Active& r = *found->second;
+        if (it.begin < sched_.n_prompt(it.id)) {
+          r.prefill_tokens += it.end - it.begin;
+        } else {
+          ++r.decode_forwards;
+        }
+        if (it.logits) on_logits(r, logits_.data() + row++ * n_vocab);
+      }
+    }
+  }
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    stats_.running = sched_.n_running();
+    stats_.waiting = sched_.n_waiting();
+    stats_.kv_rows_running = sched_.running_rows();
+    stats_.kv_rows_cached = sched_.cached_rows();
+    if (!items.empty()) ++stats_.steps;
+    n_waiting_.store(sched_.n_waiting());
+    if (items.empty() && !active_.empty() && !stop_) {
+      // Nothing could run (only waiting requests, all refused or cancelled): do not spin.
+      cv_.wait_for(lk, std::chrono::milliseconds(5));
+    }
+  }
+}
+
+void Engine::apply_admission(const Admission& a, double now) {
+  Active& r = *active_.at(a.id);
+  kv_.truncate(a.slot, a.reused);
+  if (a.copy_from >= 0) {
+    const Status st = copy_rows(a.copy_from, a.slot, a.reused, a.copy_end);
+    if (!st.ok()) {
+      kv_.clear(a.slot);
+      sched_.drop_cache(a.slot);
+      finish(a.id, FinishReason::kError, st);
+      return;
+    }
+  }
+  r.admitted = now;
+  r.cached = a.copy_end;
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.prompt_tokens += r.req.prompt.size();
+  stats_.prefix_hit_tokens += static_cast<uint64_t>(a.copy_end);
+}
+
+// Copies KV rows [begin, end) of slot `src` into slot `dst`, which holds exactly `begin` rows of the
+// same prefix. Rows are stored after RoPE at their positions, which the copy keeps, so they are
+// exactly what recomputing the prefix would write (f16 -> f32 -> f16 is lossless).
+Status Engine::copy_rows(int src, int dst, int32_t begin, int32_t end) {
+  const KvCacheOptions& o = kv_.options();
+  for (int l = 0; l < o.n_layer; ++l) {
+    for (int h = 0; h < o.n_head_kv; ++h) {
+      if (kv_.size(l, dst, h) != begin || kv_.size(l, src, h) < end || kv_.positions(l, src, h)[end - 1] != end - 1) {
+        return error(ErrorCode::kInvalidArgument, "kv copy: slot {} does not hold positions [0, {}) in order", src, end);
+      }
+    }
+  }
+  const size_t hd = static_cast<size_t>(o.head_dim);
+  for (int l = 0; l < o.n_layer; ++l) {
+    for (int32_t p = begin; p < end; ++p) {
+      for (int h = 0; h < o.n_head_kv; ++h) {
+        const auto* k = static_cast<const uint8_t*>(kv_.keys(l, src, h)) + static_cast<size_t>(p) * kv_.row_bytes();
+        const auto* v = static_cast<const uint8_t*>(kv_.values(l, src, h)) + static_cast<size_t>(p) * kv_.row_bytes();
+        float* kd = kbuf_.data() + h * hd;
+        float* vd = vbuf_.data() + h * hd;
+        if (o.dtype == DType::kF32) {
+          std::memcpy(kd, k, hd * 4);
+          std::memcpy(vd, v, hd * 4);
+        } else {
+          for (size_t i = 0; i < hd; ++i) {
+            uint16_t kh, vh;
+            std::memcpy(&kh, k + 2 * i, 2);
+            std::memcpy(&vh, v + 2 * i, 2);
+            kd[i] = fp16_to_f32(kh);
+            vd[i] = fp16_to_f32(vh);
+          }
+        }
+      }
+      FRUGAL_RETURN_IF_ERROR(kv_.append(l, dst, p, kbuf_.data(), vbuf_.data()));
+    }
+  }
+  return ok_status();
+}
+
+TokenId Engine::pick_token(Active& r, const float* logits) {
+  const auto history = sched_.tokens(r.id);
+  if (!r.matcher) return r.sampler.sample(logits, history);
+  JsonMatcher& m = *r.matcher;
+  JsonMatcher& scratch = *r.scratch;
+  const auto allowed = [&](TokenId t) {
+    if (tok_.is_eog(t)) return m.complete();
+    if (blocked_[static_cast<size_t>(t)] || m.complete()) return false;
+    return m.accepts(pieces_[static_cast<size_t>(t)], scratch);
+  };
+  // Sampling first and masking only on a miss draws from exactly the masked distribution.
+  const TokenId first = r.sampler.sample(logits, history);
+  if (allowed(first)) return first;
+  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  bool any = false;
+  for (size_t v = 0; v < n_vocab; ++v) {
+    const bool ok = allowed(static_cast<TokenId>(v));
+    masked_[v] = ok ? logits[v] : -std::numeric_limits<float>::infinity();
+    any = any || ok;
+  }
+  if (!any) return tok_.eos() >= 0 ? tok_.eos() : first;
+  return r.sampler.sample(masked_.data(), history);
+}
+
+void Engine::on_logits(Active& r, const float* logits) {
+  const double now = now_s();
+  if (r.first_token < 0) r.first_token = now;
+  r.last_token = now;
+  const TokenId t = pick_token(r, logits);
+  TokenOutput out;
+  out.id = t;
+  out.piece = pieces_[static_cast<size_t>(t)];
+  if (r.req.logprobs >= 0) {
+    const std::span<const float> row(logits, static_cast<size_t>(model_.config().n_vocab));
+    out.logprob = token_logprob(row, t);
+    if (r.req.logprobs > 0) out.top = top_logprobs(row, r.req.logprobs);
+  }
+  ++r.generated;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.generated_tokens;
+  }
+  const bool eog = tok_.is_eog(t) && !r.req.ignore_eos;
+  if (r.matcher && !eog) r.matcher->feed(out.piece);
+  StopUpdate u = r.stop.push(t, r.detok.push(t));
+  if (u.reason != StopReason::kNone) {
+    if (u.reason != StopReason::kStopString) u.text += r.detok.finish();
+    r.handle->push(u.text, &out);
+    const FinishReason fr = u.reason == StopReason::kEog          ? FinishReason::kEos
+                            : u.reason == StopReason::kStopString ? FinishReason::kStop
+                                                                  : FinishReason::kLength;
+    finish(r.id, fr);
+    return;
+  }
+  if (!sched_.append(r.id, t)) {
+    StopUpdate rest = r.stop.finish();
+    r.handle->push(u.text + rest.text + r.detok.finish(), &out);
+    finish(r.id, FinishReason::kContext);
+    return;
+  }
+  r.handle->push(u.text, &out);
+}
+
+void Engine::finish(SeqId id, FinishReason reason, Status err) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  Active& r = *it->second;
+  const double now = now_s();
+  FinishedRequest f;
+  f.id = id;
+  f.api = r.req.api;
+  f.request_id = r.req.request_id;
+  f.reason = reason;
+  f.error = std::move(err);
+  if (reason == FinishReason::kStop) f.stop_string = std::string(r.stop.matched_stop());
+  f.prompt_tokens = static_cast<int64_t>(r.req.prompt.size());
+  f.generated_tokens = r.generated;
+  f.seed = r.sampler.seed();
+  RequestTimings& t = f.timings;
+  const double admitted = r.admitted >= 0 ? r.admitted : now;
+  t.queue_ms = (admitted - r.arrival) * 1e3;
+  if (r.first_token >= 0) {
+    t.prefill_ms = (r.first_token - admitted) * 1e3;
+    t.decode_ms = (r.last_token - r.first_token) * 1e3;
+    t.ttft_ms = (r.first_token - r.arrival) * 1e3;
+    t.tpot_ms = r.generated > 1 ? t.decode_ms / static_cast<double>(r.generated - 1) : 0;
+  }
+  t.total_ms = (now - r.arrival) * 1e3;
+  t.prefill_tokens = r.prefill_tokens;
+  t.decode_tokens = r.decode_forwards;
+  t.cached_tokens = r.cached;
+  sched_.cancel(id);
+  if (opts_.on_finish) opts_.on_finish(f);
+  r.handle->finish(std::move(f));
+  active_.erase(it);
+}
+
+}  // namespace frugal

@@ -1,0 +1,117 @@
+// The serving engine: a request queue and a step loop on its own thread that runs many sequences
+// through one Model::forward per step (continuous batching: sequences join and leave between
+// steps), with chunked prefill, prefix reuse and admission decided by the Scheduler. Each request
+// has its own sampler (seeded), stop rules, optional JSON-schema constraint and phase timings.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "frugal/backend/backend.h"
+#include "frugal/engine/request.h"
+#include "frugal/engine/scheduler.h"
+#include "frugal/kv/kv_cache.h"
+#include "frugal/model/model.h"
+#include "frugal/tokenize/tokenizer.h"
+
+namespace frugal {
+
+struct EngineOptions {
+  int n_parallel = 4;             // sequence slots (sequences decoded together)
+  int32_t n_ctx = 0;              // context per sequence; 0: min(training context, 4096)
+  uint64_t kv_memory = 0;         // KV bytes to reserve; 0: n_parallel x n_ctx rows. When smaller,
+                                  // the context per sequence shrinks to fit (never the reverse).
+  DType kv_dtype = DType::kF16;
+  int32_t max_step_tokens = 512;  // tokens per forward step (decodes + prefill chunks)
+  int32_t max_waiting = 64;       // requests allowed to wait for a slot
+  double queue_timeout_s = 120;   // longest wait for a slot before refusal
+  bool prefix_cache = true;
+  // Called on the engine thread once per request, whatever its end (metrics, request log).
+  std::function<void(const FinishedRequest&)> on_finish;
+};
+
+struct EngineStats {
+  int running = 0;
+  int waiting = 0;
+  int n_slots = 0;
+  int32_t slot_capacity = 0;
+  int64_t kv_rows_running = 0;   // rows held by running sequences
+  int64_t kv_rows_cached = 0;    // rows held by all slots (running + cached prefixes)
+  int64_t kv_rows_total = 0;
+  uint64_t kv_bytes = 0;         // reserved KV memory
+  uint64_t steps = 0;
+  uint64_t prompt_tokens = 0;    // prompt tokens of admitted requests
+  uint64_t prefix_hit_tokens = 0;  // of those, reused from cached KV
+  uint64_t generated_tokens = 0;
+};
+
+class Engine {
+ public:
+  // Reserves the KV cache and starts the loop thread.
+  static Result<std::unique_ptr<Engine>> create(Model& model, const Tokenizer& tok, Backend& backend,
+                                                const EngineOptions& opts);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues. kInvalidArgument for a bad request (empty or too long prompt, bad
+  // sampling or stop options), kOverBudget when the queue is full.
+  Result<std::shared_ptr<RequestHandle>> submit(RequestOptions req);
+
+  EngineStats stats() const;
+  int32_t context_per_sequence() const { return slot_capacity_; }
+  const Tokenizer& tokenizer() const { return tok_; }
+  const Model& model() const { return model_; }
+  // Stops the loop; running and waiting requests finish as cancelled.
+  void shutdown();
+
+ private:
+  struct Active;
+  Engine(Model& model, const Tokenizer& tok, Backend& backend, const EngineOptions& opts, KvCache kv,
+         int32_t slot_capacity);
+  void loop();
+  void step();
+  void take_incoming(double now);
+  void apply_admission(const Admission& a, double now);
+  void on_logits(Active& r, const float* logits);
+  TokenId pick_token(Active& r, const float* logits);
+  void finish(SeqId id, FinishReason reason, Status error = {});
+  Status copy_rows(int src, int dst, int32_t begin, int32_t end);
+  double now_s() const;
+
+  Model& model_;
+  const Tokenizer& tok_;
+  Backend& backend_;
+  EngineOptions opts_;
+  KvCache kv_;
+  int32_t slot_capacity_;
+  Scheduler sched_;
+  std::vector<std::string> pieces_;    // [n_vocab] token bytes, for constrained decoding
+  std::vector<uint8_t> blocked_;       // [n_vocab] tokens never allowed under a constraint
+  std::vector<float> logits_;          // [n_slots][n_vocab]
+  std::vector<float> masked_;          // [n_vocab]
+  std::vector<float> kbuf_, vbuf_;     // [n_head_kv * head_dim] for copying rows
+  Batch batch_;
+  std::chrono::steady_clock::time_point t0_;
+
+  // Shared with submitters.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Active>> incoming_;
+  bool stop_ = false;
+  std::atomic<int> n_waiting_{0};
+  std::atomic<SeqId> next_id_{1};
+  EngineStats stats_;  // guarded by mu_
+
+  // Loop thread only.
+  std::unordered_map<SeqId, std::unique_ptr<Active>> active_;
+  std::thread thread_;
+};
+
+}  // namespace frugal

@@ -1,0 +1,114 @@
+// One generation request as the engine sees it: tokens in, per-request sampling and stop rules,
+// and a handle the caller (an HTTP handler, a test) reads streamed output from.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "frugal/decode/sampler.h"
+#include "frugal/decode/stop.h"
+#include "frugal/engine/generate.h"
+#include "frugal/engine/json_constraint.h"
+
+namespace frugal {
+
+using SeqId = int64_t;
+
+// Per-request options (the engine's own options are EngineOptions).
+struct RequestOptions {
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;           // seed kSeedFromTime: from the clock (reported back)
+  int32_t max_tokens = -1;           // -1: until end of generation or the sequence's context is full
+  std::vector<std::string> stop;     // stop strings, not part of the output
+  bool ignore_eos = false;
+  int32_t logprobs = -1;             // -1: none; 0: the chosen token's; k > 0: and the k most likely
+  std::shared_ptr<const JsonSchema> json_schema;  // constrain the output to this schema
+  // Labels echoed into FinishedRequest for logs and metrics.
+  std::string api;                   // "openai.chat", "anthropic.messages", ...
+  std::string request_id;
+};
+
+// The phase timings of one request: generate()'s Timings (prefill and decode, shared with
+// `frugal run --json`) plus what only a server has (queue, time to first token, time per output
+// token). write_timings_json() in timings_json.h writes both with one schema.
+struct RequestTimings : Timings {
+  double queue_ms = 0;    // arrival to admission into a sequence slot
+  double ttft_ms = 0;     // arrival to the first generated token
+  double tpot_ms = 0;     // mean time per output token after the first
+  double total_ms = 0;    // arrival to finish
+  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
+};
+
+struct TokenOutput {
+  TokenId id = -1;
+  std::string piece;  // the token's bytes (may be part of a UTF-8 character)
+  float logprob = 0;  // natural log; set when RequestOptions::logprobs >= 0
+  std::vector<TokenLogprob> top;
+};
+
+// Why a request ended. Values are frozen (logs).
+enum class FinishReason : int {
+  kEos = 0,        // an end-of-generation token
+  kStop = 1,       // a stop string
+  kLength = 2,     // max_tokens
+  kContext = 3,    // the sequence's context is full
+  kCancelled = 4,  // the caller cancelled (client went away)
+  kError = 5,      // refused or failed; see FinishedRequest::error
+};
+// "eos", "stop", "length", "context", "cancelled", "error" (generate()'s stop_reason words).
+const char* finish_reason_name(FinishReason r);
+
+struct FinishedRequest {
+  SeqId id = -1;
+  std::string api;
+  std::string request_id;
+  FinishReason reason = FinishReason::kError;
+  Status error;               // kError: why (kOverBudget for queue limits)
+  std::string stop_string;    // kStop: which one
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;  // including a final end-of-generation token
+  uint64_t seed = 0;
+  RequestTimings timings;
+};
+
+// What a reader gets: text and tokens since the previous read, and the end once there is one.
+struct RequestUpdate {
+  std::string text;                  // valid UTF-8; never contains (the start of) a stop string
+  std::vector<TokenOutput> tokens;
+  bool done = false;
+  FinishedRequest finished;          // valid when done
+};
+
+class RequestHandle {
+ public:
+  explicit RequestHandle(SeqId id) : id_(id) {}
+  SeqId id() const { return id_; }
+
+  // Waits up to `timeout` for news; false when there was none. After the update with done, further
+  // calls return false at once.
+  bool wait(RequestUpdate& out, std::chrono::milliseconds timeout);
+  // Asks the engine to end the request (it frees the sequence at its next step).
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+  // Engine side.
+  void push(std::string_view text, TokenOutput* token);
+  void finish(FinishedRequest f);
+
+ private:
+  SeqId id_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  RequestUpdate pending_;
+  bool has_news_ = false;
+  bool delivered_done_ = false;
+};
+
+}  // namespace frugal

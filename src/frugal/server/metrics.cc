@@ -1,0 +1,164 @@
+#include "frugal/server/metrics.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace frugal::server {
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& help,
+                       const std::string& labels) const {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, bounds_[i], cum);
+  }
+  cum += counts_.back();
+  out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels, cum);
+  out += fmt::format("{}_sum{{{}}} {}\n", name, labels, sum_);
+  out += fmt::format("{}_count{{{}}} {}\n", name, labels, count_);
+}
+
+namespace {
+// vLLM's bucket boundaries (seconds, tokens).
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+          80.0, 160.0, 640.0, 2560.0};
+}
+std::vector<double> tpot_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> latency_buckets() {
+  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+          960.0, 1920.0, 7680.0};
+}
+std::vector<double> token_buckets() {
+  return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
+}
+
+const char* vllm_reason(FinishReason r) {
+  switch (r) {
+    case FinishReason::kEos:
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength:
+    case FinishReason::kContext: return "length";
+    default: return "abort";
+  }
+}
+
+void gauge(std::string& out, const std::string& name, const std::string& help, const std::string& labels, double v) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{{{}}} {}\n", name, help, name, name, labels, v);
+}
+void counter(std::string& out, const std::string& name, const std::string& help, const std::string& labels,
+             uint64_t v) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{{{}}} {}\n", name, help, name, name, labels, v);
+}
+}  // namespace
+
+Metrics::Metrics(std::string model_name)
+    : model_(std::move(model_name)),
+      ttft_(ttft_buckets()),
+      tpot_(tpot_buckets()),
+      itl_(tpot_buckets()),
+      e2e_(latency_buckets()),
+      queue_(latency_buckets()),
+      prefill_(latency_buckets()),
+      decode_(latency_buckets()),
+      prompt_tokens_(token_buckets()),
+      gen_tokens_(token_buckets()) {}
+
+void Metrics::observe(const FinishedRequest& f) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (f.reason == FinishReason::kCancelled) ++cancelled_;
+  if (f.reason == FinishReason::kError) ++refused_;
+  ++finished_[vllm_reason(f.reason)];
+  if (f.reason == FinishReason::kError) return;  // never ran: no latencies to record
+  const RequestTimings& t = f.timings;
+  if (f.generated_tokens > 0) ttft_.observe(t.ttft_ms / 1e3);
+  if (f.generated_tokens > 1) {
+    tpot_.observe(t.tpot_ms / 1e3);
+    itl_.observe(t.tpot_ms / 1e3);
+  }
+  e2e_.observe(t.total_ms / 1e3);
+  queue_.observe(t.queue_ms / 1e3);
+  prefill_.observe(t.prefill_ms / 1e3);
+  decode_.observe(t.decode_ms / 1e3);
+  prompt_tokens_.observe(static_cast<double>(f.prompt_tokens));
+  gen_tokens_.observe(static_cast<double>(f.generated_tokens));
+}
+
+void Metrics::count_http(int status) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++http_[status];
+}
+
+std::string Metrics::render(const EngineStats& s) const {
+  const std::string l = fmt::format("model_name=\"{}\"", model_);
+  std::string out;
+  out.reserve(16384);
+  gauge(out, "vllm:num_requests_running", "Number of requests in model execution batches.", l, s.running);
+  gauge(out, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", l, s.waiting);
+  const double usage = s.kv_rows_total > 0 ? static_cast<double>(s.kv_rows_running) / s.kv_rows_total : 0.0;
+  gauge(out, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l, usage);
+  counter(out, "vllm:prompt_tokens_total", "Number of prefill tokens processed.", l, s.prompt_tokens);
+  counter(out, "vllm:generation_tokens_total", "Number of generation tokens processed.", l, s.generated_tokens);
+  counter(out, "vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", l,
+          s.prompt_tokens);
+  counter(out, "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", l,
+          s.prefix_hit_tokens);
+  std::lock_guard<std::mutex> lk(mu_);
+  out += "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+         "# TYPE vllm:request_success_total counter\n";
+  for (const char* reason : {"stop", "length", "abort"}) {
+    auto it = finished_.find(reason);
+    out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", l, reason,
+                       it == finished_.end() ? 0 : it->second);
+  }
+  ttft_.render(out, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l);
+  tpot_.render(out, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", l);
+  itl_.render(out, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", l);
+  e2e_.render(out, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", l);
+  queue_.render(out, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", l);
+  prefill_.render(out, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", l);
+  decode_.render(out, "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", l);
+  prompt_tokens_.render(out, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", l);
+  gen_tokens_.render(out, "vllm:request_generation_tokens", "Number of generation tokens processed.", l);
+  counter(out, "frugal:requests_cancelled_total", "Requests ended because the client went away.", l, cancelled_);
+  counter(out, "frugal:requests_refused_total", "Requests refused or failed after they were queued.", l, refused_);
+  gauge(out, "frugal:kv_cache_reserved_bytes", "KV cache memory reserved at start-up.", l,
+        static_cast<double>(s.kv_bytes));
+  gauge(out, "frugal:kv_cache_cached_rows", "KV rows held by all slots, running and cached prefixes.", l,
+        static_cast<double>(s.kv_rows_cached));
+  gauge(out, "frugal:num_sequence_slots", "Sequences that can run at once.", l, s.n_slots);
+  counter(out, "frugal:engine_steps_total", "Forward steps run by the engine loop.", l, s.steps);
+  gauge(out, "process_resident_memory_bytes", "Resident memory size in bytes.", "",
+        static_cast<double>(resident_bytes()));
+  out += "# HELP frugal:http_responses_total HTTP responses by status code.\n"
+         "# TYPE frugal:http_responses_total counter\n";
+  for (const auto& [status, n] : http_) {
+    out += fmt::format("frugal:http_responses_total{{code=\"{}\"}} {}\n", status, n);
+  }
+  return out;
+}
+
+uint64_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace frugal::server

@@ -1,0 +1,54 @@
+// Prometheus text exposition of the engine and the requests it finished. Names follow vLLM's
+// (vllm: prefix, model_name label) so existing dashboards work: request counts and states, KV
+// usage, token counters, prefix-cache counters and latency histograms (TTFT, time per output
+// token, end-to-end, queue, prefill, decode). frugal: names add what vLLM has no name for.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "frugal/engine/engine.h"
+
+namespace frugal::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  // "# HELP", "# TYPE" and the _bucket / _sum / _count lines.
+  void render(std::string& out, const std::string& name, const std::string& help, const std::string& labels) const;
+  uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; the last one is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  explicit Metrics(std::string model_name);
+
+  // Thread-safe; called by the engine once per finished request.
+  void observe(const FinishedRequest& f);
+  void count_http(int status);
+  std::string render(const EngineStats& s) const;
+
+ private:
+  std::string model_;
+  mutable std::mutex mu_;
+  Histogram ttft_, tpot_, itl_, e2e_, queue_, prefill_, decode_, prompt_tokens_, gen_tokens_;
+  std::map<std::string, uint64_t> finished_;  // by vLLM finished_reason
+  uint64_t cancelled_ = 0, refused_ = 0;
+  std::map<int, uint64_t> http_;  // by status code
+};
+
+// Resident memory of this process in bytes (/proc/self/statm), 0 when unknown.
+uint64_t resident_bytes();
+
+}  // namespace frugal::server

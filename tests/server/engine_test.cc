@@ -1,0 +1,339 @@
+// The engine loop on a tiny random model: batched, chunked and prefix-cached runs must give the
+// tokens the single-sequence generate() gives (the independent reference), and admission,
+// cancellation and limits must behave as documented.
+#include "frugal/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "test_model.h"
+
+namespace frugal {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Collected {
+  std::string text;
+  std::vector<TokenId> tokens;
+  std::vector<TokenOutput> outputs;
+  FinishedRequest fin;
+};
+
+Collected collect(RequestHandle& h) {
+  Collected c;
+  RequestUpdate u;
+  for (int i = 0; i < 6000; ++i) {  // at most ~60 s
+    if (!h.wait(u, 10ms)) continue;
+    c.text += u.text;
+    for (auto& t : u.tokens) {
+      c.tokens.push_back(t.id);
+      c.outputs.push_back(t);
+    }
+    if (u.done) {
+      c.fin = u.finished;
+      return c;
+    }
+  }
+  ADD_FAILURE() << "request " << h.id() << " did not finish";
+  return c;
+}
+
+// Engine statistics are published after each step; give the loop a moment.
+template <typename F>
+bool eventually(F cond) {
+  for (int i = 0; i < 500; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return cond();
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = Model::load(testing::tiny_chat_model_path());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    model_ = std::move(m).value().release();
+    auto t = Tokenizer::from_gguf(model_->gguf());
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    tok_ = std::move(t).value().release();
+    backend_ = make_cpu_backend(CpuBackendOptions{2}).release();
+  }
+  static void TearDownTestSuite() {
+    delete backend_;
+    delete tok_;
+    delete model_;
+  }
+
+  std::unique_ptr<Engine> engine(EngineOptions o = {}) {
+    if (o.n_ctx == 0) o.n_ctx = 256;
+    auto e = Engine::create(*model_, *tok_, *backend_, o);
+    EXPECT_TRUE(e.ok()) << e.status().message();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  std::vector<TokenId> prompt(const std::string& text) {
+    auto r = tok_->encode(text);
+    EXPECT_TRUE(r.ok());
+    return *r;
+  }
+
+  // The reference: single-sequence generate() with the same prompt and options.
+  GenerateResult reference(const std::vector<TokenId>& p, int n, const SamplingParams& s = greedy()) {
+    GenerateOptions go;
+    go.n_predict = n;
+    go.n_ctx = 256;
+    go.sampling = s;
+    auto r = generate(*model_, *tok_, *backend_, p, go);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return *r;
+  }
+
+  static SamplingParams greedy() {
+    SamplingParams s;
+    s.temperature = 0;
+    return s;
+  }
+
+  static RequestOptions request(std::vector<TokenId> p, int max_tokens, SamplingParams s = greedy()) {
+    RequestOptions r;
+    r.prompt = std::move(p);
+    r.max_tokens = max_tokens;
+    r.sampling = s;
+    return r;
+  }
+
+  static Model* model_;
+  static Tokenizer* tok_;
+  static Backend* backend_;
+};
+Model* EngineTest::model_ = nullptr;
+Tokenizer* EngineTest::tok_ = nullptr;
+Backend* EngineTest::backend_ = nullptr;
+
+TEST_F(EngineTest, ConcurrentGreedyRequestsMatchGenerate) {
+  const std::vector<std::string> texts = {"Once upon a time", "The quick brown fox jumps", "hello",
+                                          "a b c d e f g h i j k l m n o p"};
+  EngineOptions o;
+  o.n_parallel = 4;
+  auto e = engine(o);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (const auto& t : texts) hs.push_back(*e->submit(request(prompt(t), 12)));
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const Collected c = collect(*hs[i]);
+    const GenerateResult ref = reference(prompt(texts[i]), 12);
+    EXPECT_EQ(c.tokens, ref.tokens) << texts[i];
+    EXPECT_EQ(c.text, ref.text) << texts[i];
+    EXPECT_EQ(c.fin.generated_tokens, static_cast<int64_t>(ref.tokens.size()));
+    EXPECT_EQ(c.fin.reason, ref.stop_reason == "eos" ? FinishReason::kEos : FinishReason::kLength);
+  }
+}
+
+TEST_F(EngineTest, ChunkedPrefillMatchesGenerate) {
+  std::string long_text;
+  for (int i = 0; i < 12; ++i) long_text += "word" + std::to_string(i) + " ";
+  const auto p = prompt(long_text);
+  ASSERT_GT(p.size(), 30u);
+  EngineOptions o;
+  o.n_parallel = 2;
+  o.max_step_tokens = 7;
+  auto e = engine(o);
+  auto other = *e->submit(request(prompt("running beside it"), 20));
+  const Collected c = collect(**e->submit(request(p, 10)));
+  collect(*other);
+  const GenerateResult ref = reference(p, 10);
+  EXPECT_EQ(c.tokens, ref.tokens);
+  EXPECT_EQ(c.fin.timings.prefill_tokens, static_cast<int64_t>(p.size()));
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducibleAloneOrBatched) {
+  SamplingParams s;
+  s.temperature = 1.0f;
+  s.top_k = 0;
+  s.top_p = 1.0f;
+  s.min_p = 0;
+  s.seed = 42;
+  const auto p = prompt("seeded");
+  auto e = engine();
+  const Collected alone = collect(**e->submit(request(p, 16, s)));
+  std::vector<std::shared_ptr<RequestHandle>> noise;
+  for (int i = 0; i < 3; ++i) noise.push_back(*e->submit(request(prompt("noise " + std::to_string(i)), 16)));
+  const Collected batched = collect(**e->submit(request(p, 16, s)));
+  for (auto& h : noise) collect(*h);
+  EXPECT_EQ(alone.tokens, batched.tokens);
+  EXPECT_EQ(alone.fin.seed, 42u);
+  EXPECT_EQ(alone.tokens, reference(p, 16, s).tokens);
+  s.seed = 43;
+  EXPECT_NE(collect(**e->submit(request(p, 16, s))).tokens, alone.tokens);
+}
+
+TEST_F(EngineTest, PrefixCacheReusesRowsAndKeepsOutput) {
+  const auto p = prompt("the same prompt twice over");
+  EngineOptions o;
+  o.n_parallel = 1;
+  auto e = engine(o);
+  const Collected first = collect(**e->submit(request(p, 8)));
+  const Collected second = collect(**e->submit(request(p, 8)));
+  EXPECT_EQ(first.fin.timings.cached_tokens, 0);
+  EXPECT_EQ(second.fin.timings.cached_tokens, static_cast<int64_t>(p.size()) - 1);
+  EXPECT_EQ(second.fin.timings.prefill_tokens, 1);
+  EXPECT_EQ(first.tokens, second.tokens);
+  EXPECT_EQ(e->stats().prefix_hit_tokens, p.size() - 1);
+}
+
+TEST_F(EngineTest, CopiedPrefixGivesTheSameTokens) {
+  std::string system;
+  for (int i = 0; i < 10; ++i) system += "shared system words " + std::to_string(i) + " ";
+  const auto a = prompt(system + "first question");
+  const auto b = prompt(system + "second question");
+  EngineOptions o;
+  o.n_parallel = 2;
+  auto e = engine(o);
+  auto ha = *e->submit(request(a, 30));
+  RequestUpdate u;
+  while (!ha->wait(u, 10ms)) {
+  }  // a has computed its prompt
+  const Collected cb = collect(**e->submit(request(b, 6)));
+  collect(*ha);
+  EXPECT_GE(cb.fin.timings.cached_tokens, 16);
+  EXPECT_EQ(cb.tokens, reference(b, 6).tokens);
+}
+
+TEST_F(EngineTest, CancelFreesTheSequence) {
+  EngineOptions o;
+  o.n_parallel = 1;
+  auto e = engine(o);
+  RequestOptions r = request(prompt("endless"), -1);
+  r.ignore_eos = true;
+  auto h = *e->submit(r);
+  auto waiting = *e->submit(request(prompt("next"), 4));
+  RequestUpdate u;
+  while (!h->wait(u, 10ms)) {
+  }
+  EXPECT_TRUE(eventually([&] { return e->stats().running == 1 && e->stats().waiting == 1; }));
+  h->cancel();
+  const Collected c = collect(*h);
+  EXPECT_EQ(c.fin.reason, FinishReason::kCancelled);
+  const Collected next = collect(*waiting);
+  EXPECT_NE(next.fin.reason, FinishReason::kError);
+  EXPECT_TRUE(eventually([&] { return e->stats().running == 0 && e->stats().kv_rows_running == 0; }));
+}
+
+TEST_F(EngineTest, ContextFullEndsWithContext) {
+  EngineOptions o;
+  o.n_parallel = 1;
+  o.n_ctx = 24;
+  auto e = engine(o);
+  RequestOptions r = request(prompt("fill"), -1);
+  r.ignore_eos = true;
+  const Collected c = collect(**e->submit(r));
+  EXPECT_EQ(c.fin.reason, FinishReason::kContext);
+  EXPECT_EQ(static_cast<int64_t>(r.prompt.size()) + c.fin.generated_tokens, 25);
+}
+
+TEST_F(EngineTest, QueueLimitAndBadRequestsAreRefused) {
+  EngineOptions o;
+  o.n_parallel = 1;
+  o.max_waiting = 1;
+  auto e = engine(o);
+  RequestOptions r = request(prompt("long"), 200);
+  r.ignore_eos = true;
+  auto running = *e->submit(r);
+  RequestUpdate u;
+  while (!running->wait(u, 10ms)) {
+  }
+  auto queued = e->submit(request(prompt("queued"), 2));
+  ASSERT_TRUE(queued.ok());
+  auto refused = e->submit(request(prompt("refused"), 2));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kOverBudget);
+  running->cancel();
+  collect(*running);
+  collect(**queued);
+
+  EXPECT_EQ(e->submit(request({}, 2)).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(e->submit(request(std::vector<TokenId>(300, 5), 2)).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(e->submit(request({1, 100000}, 2)).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(e->submit(request({1, 5}, 0)).status().code(), ErrorCode::kInvalidArgument);
+  SamplingParams bad;
+  bad.top_p = 2;
+  EXPECT_EQ(e->submit(request({1, 5}, 2, bad)).status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, KvBudgetSetsTheContextPerSequence) {
+  const ModelConfig& c = model_->config();
+  const uint64_t row = static_cast<uint64_t>(c.n_layer) * c.n_head_kv * c.head_dim * 2 * 2;  // f16 K and V
+  EngineOptions o;
+  o.n_parallel = 2;
+  o.kv_memory = row * 2 * 40;
+  auto e = engine(o);
+  EXPECT_EQ(e->context_per_sequence(), 40);
+  EXPECT_EQ(e->stats().kv_bytes, row * 2 * 40);
+  EXPECT_EQ(e->submit(request(std::vector<TokenId>(45, 5), 2)).status().code(), ErrorCode::kInvalidArgument);
+  o.kv_memory = row * 2 * 8;
+  auto tiny = Engine::create(*model_, *tok_, *backend_, o);
+  EXPECT_EQ(tiny.status().code(), ErrorCode::kOverBudget);
+}
+
+TEST_F(EngineTest, JsonSchemaConstrainsTheOutput) {
+  auto schema = JsonSchema::compile(nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "color": {"enum": ["red", "green"]},
+          "n": {"type": "integer"}}, "required": ["ok", "color", "n"]})"));
+  ASSERT_TRUE(schema.ok());
+  auto e = engine();
+  RequestOptions r = request(prompt("answer in JSON"), 120);
+  r.json_schema = *schema;
+  const Collected c = collect(**e->submit(r));
+  ASSERT_EQ(c.fin.reason, FinishReason::kEos) << c.text;
+  const auto j = nlohmann::json::parse(c.text, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << c.text;
+  EXPECT_TRUE(j["ok"].is_boolean());
+  EXPECT_TRUE(j["color"] == "red" || j["color"] == "green") << c.text;
+  EXPECT_TRUE(j["n"].is_number_integer()) << c.text;
+}
+
+TEST_F(EngineTest, LogprobsAndStopStrings) {
+  auto e = engine();
+  RequestOptions r = request(prompt("logprobs please"), 6);
+  r.logprobs = 3;
+  const Collected c = collect(**e->submit(r));
+  ASSERT_EQ(c.outputs.size(), c.tokens.size());
+  for (const auto& t : c.outputs) {
+    ASSERT_EQ(t.top.size(), 3u);
+    EXPECT_EQ(t.top[0].id, t.id);  // greedy picks the most likely token
+    EXPECT_FLOAT_EQ(t.top[0].logprob, t.logprob);
+    EXPECT_GE(t.top[0].logprob, t.top[1].logprob);
+    EXPECT_LE(t.logprob, 0.0f);
+  }
+  // A stop string taken from the greedy text ends the output just before it.
+  const GenerateResult ref = reference(prompt("logprobs please"), 12);
+  ASSERT_GE(ref.text.size(), 4u);
+  const std::string stop = ref.text.substr(ref.text.size() / 2, 2);
+  RequestOptions s = request(prompt("logprobs please"), 12);
+  s.stop = {stop};
+  const Collected cs = collect(**e->submit(s));
+  EXPECT_EQ(cs.fin.reason, FinishReason::kStop);
+  EXPECT_EQ(cs.fin.stop_string, stop);
+  EXPECT_EQ(cs.text, ref.text.substr(0, ref.text.find(stop)));
+}
+
+TEST_F(EngineTest, TimingsAddUp) {
+  auto e = engine();
+  const auto p = prompt("timings");
+  const Collected c = collect(**e->submit(request(p, 5)));
+  const RequestTimings& t = c.fin.timings;
+  EXPECT_GE(t.queue_ms, 0);
+  EXPECT_GT(t.ttft_ms, 0);
+  EXPECT_GE(t.total_ms, t.ttft_ms);
+  EXPECT_EQ(t.prefill_tokens, static_cast<int64_t>(p.size()));
+  if (c.fin.reason == FinishReason::kLength) {
+    EXPECT_EQ(t.decode_tokens, 4);
+    EXPECT_NEAR(t.tpot_ms, t.decode_ms / 4, 1e-9);
+  }
+}
+
+}  // namespace
+}  // namespace frugal

@@ -1,0 +1,170 @@
+// Bad requests get 4xx with an error body in each API's own shape, and the server keeps serving;
+// a client that disconnects mid-stream frees its sequence (watched through /metrics).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
+import { Ollama } from 'ollama';
+import { startServer, postJson, sleep, MODEL_ID } from './helpers.mjs';
+
+const KEY = 'test-key-123';
+const AUTH = { authorization: `Bearer ${KEY}` };
+let server;
+
+before(async () => {
+  server = await startServer(['--parallel', '2', '-c', '256', '--api-key', KEY, '--max-body', '64K']);
+});
+
+after(async () => {
+  assert.equal(await server.stop(), 0);
+});
+
+const chatBody = (extra = {}) => ({ model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, ...extra });
+const anthBody = (extra = {}) => ({ model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, ...extra });
+const ollamaBody = (extra = {}) => ({ model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], stream: false, ...extra });
+
+function isOpenAIError(body) {
+  return typeof body?.error?.message === 'string' && typeof body.error.type === 'string';
+}
+function isAnthropicError(body) {
+  return body?.type === 'error' && typeof body.error?.type === 'string' && typeof body.error?.message === 'string';
+}
+function isOllamaError(body) {
+  return typeof body?.error === 'string';
+}
+
+const cases = [
+  // [name, path, body, status, shape]
+  ['openai malformed JSON', '/v1/chat/completions', '{"model": ', 400, isOpenAIError],
+  ['openai wrong type', '/v1/chat/completions', chatBody({ max_tokens: 'ten' }), 400, isOpenAIError],
+  ['openai unknown model', '/v1/chat/completions', chatBody({ model: 'gpt-17' }), 404, isOpenAIError],
+  ['openai negative max_tokens', '/v1/chat/completions', chatBody({ max_tokens: -5 }), 400, isOpenAIError],
+  ['openai huge max_tokens', '/v1/chat/completions', chatBody({ max_tokens: 1e9 }), 400, isOpenAIError],
+  ['openai prompt over context', '/v1/completions', { model: MODEL_ID, prompt: 'word '.repeat(400) }, 400, isOpenAIError],
+  [
+    'openai invalid schema',
+    '/v1/chat/completions',
+    chatBody({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'hiccup' } } } }),
+    400,
+    isOpenAIError,
+  ],
+  ['openai deep nesting', '/v1/chat/completions', '['.repeat(5000), 400, isOpenAIError],
+  ['openai body too large', '/v1/chat/completions', JSON.stringify(chatBody({ user: 'x'.repeat(100000) })), 413, isOpenAIError],
+  ['openai unknown path', '/v1/nothing', chatBody(), 404, isOpenAIError],
+  ['anthropic malformed JSON', '/v1/messages', '{', 400, isAnthropicError],
+  ['anthropic wrong type', '/v1/messages', anthBody({ max_tokens: 'x' }), 400, isAnthropicError],
+  ['anthropic missing max_tokens', '/v1/messages', anthBody({ max_tokens: undefined }), 400, isAnthropicError],
+  ['anthropic unknown model', '/v1/messages', anthBody({ model: 'claude-9' }), 404, isAnthropicError],
+  ['anthropic prompt over context', '/v1/messages', anthBody({ messages: [{ role: 'user', content: 'w '.repeat(400) }] }), 400, isAnthropicError],
+  ['ollama malformed JSON', '/api/chat', 'nope', 400, isOllamaError],
+  ['ollama wrong type', '/api/chat', ollamaBody({ options: { num_predict: 'x' } }), 400, isOllamaError],
+  ['ollama unknown model', '/api/chat', ollamaBody({ model: 'llama9' }), 404, isOllamaError],
+  ['ollama invalid schema', '/api/chat', ollamaBody({ format: { type: 123 } }), 400, isOllamaError],
+  ['ollama prompt over context', '/api/generate', { model: MODEL_ID, prompt: 'w '.repeat(400), stream: false }, 400, isOllamaError],
+];
+
+test('bad requests get 4xx in the API format and the server keeps serving', async () => {
+  for (const [name, path, body, status, shape] of cases) {
+    const r = await postJson(server.url, path, body, AUTH);
+    assert.equal(r.status, status, `${name}: ${JSON.stringify(r.body)}`);
+    assert.ok(shape(r.body), `${name}: ${JSON.stringify(r.body)}`);
+  }
+  const ok = await postJson(server.url, '/v1/chat/completions', chatBody(), AUTH);
+  assert.equal(ok.status, 200);
+});
+
+test('wrong or missing API keys get 401 in each format; x-api-key works; /health is public', async () => {
+  for (const [path, body, shape] of [
+    ['/v1/chat/completions', chatBody(), isOpenAIError],
+    ['/v1/messages', anthBody(), isAnthropicError],
+    ['/api/chat', ollamaBody(), isOllamaError],
+  ]) {
+    const wrong = await postJson(server.url, path, body, { authorization: 'Bearer nope' });
+    assert.equal(wrong.status, 401);
+    assert.ok(shape(wrong.body), JSON.stringify(wrong.body));
+    const missing = await postJson(server.url, path, body);
+    assert.equal(missing.status, 401);
+    const viaHeader = await postJson(server.url, path, body, { 'x-api-key': KEY });
+    assert.equal(viaHeader.status, 200, JSON.stringify(viaHeader.body));
+  }
+  assert.equal((await fetch(`${server.url}/health`)).status, 200);
+  assert.equal((await fetch(`${server.url}/metrics`)).status, 401);
+});
+
+test('the official clients raise their own typed errors', async () => {
+  const openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0 });
+  await assert.rejects(
+    openai.chat.completions.create({ model: 'gpt-17', messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404 && /gpt-17/.test(e.message),
+  );
+  await assert.rejects(
+    openai.chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: 'x' }], max_tokens: -1 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400,
+  );
+  const badKey = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'wrong', maxRetries: 0 });
+  await assert.rejects(badKey.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+  const anthropic = new Anthropic({ baseURL: server.url, apiKey: KEY, maxRetries: 0 });
+  await assert.rejects(
+    anthropic.messages.create({ model: 'claude-9', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e instanceof Anthropic.NotFoundError && e.error?.type === 'error',
+  );
+  const ollama = new Ollama({ host: server.url, headers: AUTH });
+  await assert.rejects(ollama.chat({ model: 'llama9', messages: [{ role: 'user', content: 'x' }] }), (e) => {
+    return e.status_code === 404 && /llama9/.test(e.error);
+  });
+});
+
+async function waitFor(cond, ms) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await cond()) return true;
+    await sleep(50);
+  }
+  return false;
+}
+
+test('a client disconnecting mid-stream frees its sequence', async () => {
+  const authed = (path) =>
+    fetch(`${server.url}${path}`, { headers: AUTH }).then((r) => r.text());
+  const running = async () => {
+    const text = await authed('/metrics');
+    const m = text.match(/^vllm:num_requests_running\{[^}]*\} (\S+)$/m);
+    return Number(m[1]);
+  };
+  const cancelled = async () => Number((await authed('/metrics')).match(/^frugal:requests_cancelled_total\{[^}]*\} (\S+)$/m)[1]);
+  const before = await cancelled();
+  for (const [path, body] of [
+    ['/v1/chat/completions', chatBody({ max_tokens: 200, ignore_eos: true, stream: true })],
+    ['/v1/messages', anthBody({ max_tokens: 200, ignore_eos: true, stream: true })],
+    ['/api/chat', ollamaBody({ stream: true, ignore_eos: true, options: { num_predict: 200 } })],
+  ]) {
+    const ac = new AbortController();
+    const res = await fetch(`${server.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...AUTH },
+      body: JSON.stringify(body),
+      signal: ac.signal,
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    await reader.read();  // the stream has begun
+    assert.ok(await waitFor(async () => (await running()) === 1, 5000), `${path}: the request never ran`);
+    ac.abort();
+    assert.ok(await waitFor(async () => (await running()) === 0, 10000), `${path}: the sequence was not freed`);
+  }
+  assert.equal(await cancelled(), before + 3);
+  const usage = await authed('/metrics');
+  assert.match(usage, /^vllm:kv_cache_usage_perc\{[^}]*\} 0$/m);
+  const ok = await postJson(server.url, '/v1/chat/completions', chatBody(), AUTH);
+  assert.equal(ok.status, 200);
+});
+
+test('tokenize and detokenize round-trip', async () => {
+  const t = await postJson(server.url, '/tokenize', { content: 'hello world' }, AUTH);
+  assert.equal(t.status, 200);
+  assert.ok(t.body.tokens.length > 0);
+  const d = await postJson(server.url, '/detokenize', { tokens: t.body.tokens }, AUTH);
+  assert.equal(d.body.content.trim(), 'hello world');
+  const bad = await postJson(server.url, '/detokenize', { tokens: [-1] }, AUTH);
+  assert.equal(bad.status, 400);
+});
