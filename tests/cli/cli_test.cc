@@ -2,6 +2,7 @@
 // line on stderr that names the problem, and must not die of a signal.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -31,7 +32,7 @@ std::string slurp(const std::string& path) {
 }
 
 CmdResult run_frugal(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / "frugal_cli_test";
+  const fs::path dir = fs::temp_directory_path() / ("frugal_cli_test_" + std::to_string(getpid()));
   fs::create_directories(dir);
   const std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
   const std::string cmd = std::string(FRUGAL_BINARY_DIR) + "/bin/frugal " + args + " >" + out + " 2>" + err + " </dev/null";
@@ -62,7 +63,7 @@ void expect_clean_failure(const CmdResult& r, const std::string& needle) {
 class CliBadInput : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / "frugal_cli_models");
+    dir_ = new fs::path(fs::temp_directory_path() / ("frugal_cli_models_" + std::to_string(getpid())));
     fs::create_directories(*dir_);
     auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
     ASSERT_TRUE(opts.ok()) << opts.status().to_string();
@@ -133,7 +134,7 @@ std::string tiny_gguf_with_tensor(uint64_t dim0, uint64_t dim1, uint32_t type, u
 }
 
 std::string write_bytes(const std::string& name, const std::string& bytes) {
-  const fs::path p = fs::temp_directory_path() / name;
+  const fs::path p = fs::temp_directory_path() / (std::to_string(getpid()) + "_" + name);
   std::ofstream(p, std::ios::binary) << bytes;
   return p.string();
 }
