@@ -17,6 +17,8 @@
 #   --rounds N          invocations of each engine per model, alternating A B B A ... (default 3);
 #                       every repetition of every round is one sample of the mean
 #   --no-rss            skip the peak-memory runs
+#   --max-load L        before each model, wait until the 1-minute load average is below L
+#   --max-wait S        ... but for at most S seconds (default 1800), then measure anyway
 #   --append FILE       also append the table to FILE
 #   --work DIR          keep the raw outputs in DIR (default: a new temporary folder)
 #
@@ -40,6 +42,8 @@ rounds=3
 do_rss=1
 append=""
 work=""
+max_load=""
+max_wait=1800
 prompt="Once upon a time"
 
 die() { echo "cpu_vs_llamacpp: $*" >&2; exit 2; }
@@ -58,6 +62,8 @@ while [[ $# -gt 0 ]]; do
     -r) need_arg "$@"; reps="$2"; shift 2 ;;
     --rounds) need_arg "$@"; rounds="$2"; shift 2 ;;
     --no-rss) do_rss=0; shift ;;
+    --max-load) need_arg "$@"; max_load="$2"; shift 2 ;;
+    --max-wait) need_arg "$@"; max_wait="$2"; shift 2 ;;
     --append) need_arg "$@"; append="$2"; shift 2 ;;
     --work) need_arg "$@"; work="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -65,7 +71,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-for v in threads n_prompt n_gen reps rounds; do
+[[ -z "$max_load" || "$max_load" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--max-load must be a number, got '$max_load'"
+for v in threads n_prompt n_gen reps rounds max_wait; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
 done
 [[ -x "$frugal" ]] || die "no frugal binary at $frugal (build it: cmake --preset release && cmake --build --preset release --target frugal)"
@@ -129,12 +136,30 @@ for spec in "${synth_models[@]}"; do
 done
 for path in "${extra_models[@]}"; do
   [[ -s "$path" ]] || { echo "cpu_vs_llamacpp: no model file $path; skipping it" >&2; continue; }
-  entries+=("$(basename "$path" .gguf)|file|$path")
+  entries+=("$(basename "$path" .gguf)|-|$path")
 done
 [[ ${#entries[@]} -gt 0 ]] || die "no models to measure"
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "cpu_vs_llamacpp: load average before: $load_before" >&2
+
+# Waits (up to max_wait seconds) for the machine to calm down; other people's jobs distort both
+# engines, llama.cpp's spinning thread pool much more than the rest.
+wait_for_quiet() {
+  [[ -z "$max_load" ]] && return 0
+  local waited=0 load
+  while :; do
+    load="$(cut -d' ' -f1 /proc/loadavg)"
+    python3 -c "import sys; sys.exit(0 if float('$load') < float('$max_load') else 1)" && return 0
+    if [[ $waited -ge $max_wait ]]; then
+      echo "cpu_vs_llamacpp: load average $load is still above $max_load after ${waited}s: measuring anyway" >&2
+      return 0
+    fi
+    [[ $waited -eq 0 ]] && echo "cpu_vs_llamacpp: load average $load >= $max_load: waiting (up to ${max_wait}s)" >&2
+    sleep 30
+    waited=$((waited + 30))
+  done
+}
 
 llama_bench() {  # tag round model
   run_logged "$work/$1.llama.$2.json" "$work/$1.llama.$2.err" \
@@ -150,8 +175,10 @@ for entry in "${entries[@]}"; do
   IFS='|' read -r label type path <<<"$entry"
   tag="$(printf '%02d' "$i")"
   i=$((i + 1))
-  printf '%s\t%s\t%s\n' "$label" "$type" "$path" >"$work/$tag.model"
-  echo "cpu_vs_llamacpp: === $label $type ($path)" >&2
+  wait_for_quiet
+  load="$(cut -d' ' -f1 /proc/loadavg)"
+  printf '%s\t%s\t%s\t%s\n' "$label" "$type" "$path" "$load" >"$work/$tag.model"
+  echo "cpu_vs_llamacpp: === $label $type ($path), load average $load" >&2
   for ((r = 1; r <= rounds; r++)); do
     # A B B A: a slow drift of the machine's load hits both engines alike.
     if [[ $have_llama == 1 && $((r % 2)) == 1 ]]; then llama_bench "$tag" "$r" "$path"; fi

@@ -2,13 +2,14 @@
 """Reads the raw outputs cpu_vs_llamacpp.sh leaves in its work folder and prints a markdown table.
 
 Files per model (TAG = 00, 01, ...):
-  TAG.model                 label, type, path (tab-separated)
+  TAG.model                 label, type, path, 1-minute load average at its start (tab-separated)
   TAG.llama.R.json          llama-bench -o json of round R
   TAG.frugal.R.json         frugal bench --json of round R
   TAG.llama.rss, TAG.frugal.rss   GNU time -v output of one generation
-Throughput is the mean over every sample of every round (tokens/s) with its sample standard
-deviation; ratios are frugal / llama.cpp for speed and frugal / llama.cpp for memory (lower is
-better there).
+Throughput is the median over every sample of every round (tokens/s) with the samples' standard
+deviation: on a shared machine a burst of someone else's work slows a few samples a lot, which
+moves a mean but hardly a median. Ratios are frugal / llama.cpp of the medians, and frugal /
+llama.cpp of peak memory (lower is better there).
 """
 import argparse
 import glob
@@ -26,13 +27,14 @@ def load_json(path):
             text = f.read()
     except OSError:
         return None
-    for start_char in ("[", "{"):
-        start = text.find(start_char)
-        while start != -1:
-            try:
-                return json.JSONDecoder().raw_decode(text[start:])[0]
-            except json.JSONDecodeError:
-                start = text.find(start_char, start + 1)
+    # The value starts at the first '[' or '{' that parses; later ones are inside it.
+    starts = sorted(m.start() for m in re.finditer(r"[\[{]", text))
+    decoder = json.JSONDecoder()
+    for start in starts:
+        try:
+            return decoder.raw_decode(text[start:])[0]
+        except json.JSONDecodeError:
+            continue
     return None
 
 
@@ -50,12 +52,15 @@ def samples(work, tag, engine, n_prompt, n_gen):
     return out
 
 
-def mean_sd(xs):
+def median_sd(xs):
     if not xs:
         return None, None
-    m = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
-    return m, sd
+    ys = sorted(xs)
+    n = len(ys)
+    med = ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+    m = sum(ys) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in ys) / (n - 1)) if n > 1 else 0.0
+    return med, sd
 
 
 def peak_rss_bytes(path):
@@ -93,7 +98,7 @@ def fmt_size(n):
 
 
 def fmt_rss(n):
-    return "n/a" if n is None else f"{n / 1e9:.3f}"
+    return "n/a" if n is None else f"{n / 1e6:.1f}"
 
 
 def main():
@@ -111,31 +116,41 @@ def main():
     pp, tg = f"pp{a.pp}", f"tg{a.tg}"
     rows = [
         f"| model | type | size | {pp} llama.cpp | {pp} frugal | {pp} ratio | {tg} llama.cpp | {tg} frugal "
-        f"| {tg} ratio | peak RSS llama.cpp (GB) | peak RSS frugal (GB) | RSS ratio |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {tg} ratio | peak RSS llama.cpp (MB) | peak RSS frugal (MB) | RSS ratio | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for model_file in sorted(glob.glob(os.path.join(a.work, "*.model"))):
         tag = os.path.basename(model_file)[: -len(".model")]
         with open(model_file, encoding="utf-8") as f:
-            label, typ, path = f.read().rstrip("\n").split("\t")
+            fields = f.read().rstrip("\n").split("\t")
+        label, typ, path = fields[:3]
+        load = fields[3] if len(fields) > 3 else "?"
         try:
             size = os.path.getsize(path)
         except OSError:
             size = None
+        if typ == "-":  # a given file: the tensor types frugal reports
+            for path_json in sorted(glob.glob(os.path.join(a.work, f"{tag}.frugal.*.json"))):
+                data = load_json(path_json)
+                if isinstance(data, dict) and data.get("types"):
+                    typ = data["types"]
+                    break
         cells = [label, typ, fmt_size(size)]
         for n_prompt, n_gen in ((a.pp, 0), (0, a.tg)):
-            lm, lsd = mean_sd(samples(a.work, tag, "llama", n_prompt, n_gen))
-            fm, fsd = mean_sd(samples(a.work, tag, "frugal", n_prompt, n_gen))
+            lm, lsd = median_sd(samples(a.work, tag, "llama", n_prompt, n_gen))
+            fm, fsd = median_sd(samples(a.work, tag, "frugal", n_prompt, n_gen))
             cells += [fmt_speed(lm, lsd), fmt_speed(fm, fsd), fmt_ratio(fm, lm)]
         lr = peak_rss_bytes(os.path.join(a.work, f"{tag}.llama.rss"))
         fr = peak_rss_bytes(os.path.join(a.work, f"{tag}.frugal.rss"))
-        cells += [fmt_rss(lr), fmt_rss(fr), fmt_ratio(fr, lr)]
+        rss_ratio = "n/a" if lr is None or fr is None else f"{fr / lr:.3f}x"
+        cells += [fmt_rss(lr), fmt_rss(fr), rss_ratio, load]
         rows.append("| " + " | ".join(cells) + " |")
     rows.append("")
     rows.append(
-        f"tokens/s, mean ± sd over {a.rounds} alternating rounds x {a.reps} repetitions; {a.threads} threads; "
-        f"speed ratio = frugal / llama.cpp (higher is better), RSS ratio = frugal / llama.cpp (lower is better); "
-        f"load average before {a.load_before}, after {a.load_after}."
+        f"tokens/s, median ± sd of {a.rounds} alternating rounds x {a.reps} repetitions; {a.threads} threads; "
+        f"speed ratio = frugal / llama.cpp of the medians (higher is better), RSS ratio = frugal / llama.cpp (lower is better); "
+        f"load = 1-minute load average when the model's measurements began; "
+        f"load average (1, 5, 15 min) before {a.load_before}, after {a.load_after}."
     )
     print("\n".join(rows))
     return 0

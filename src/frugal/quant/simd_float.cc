@@ -198,9 +198,11 @@ struct FloatPanel {
 template <class E>
 void gemm_float(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx, const void* y,
                 size_t by, int nry) {
+#if FRUGAL_QUANT_AVX2 || HWY_HAVE_SCALABLE
   using T = typename E::T;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   const uint8_t* yb = static_cast<const uint8_t*>(y);
+#endif
 #if FRUGAL_QUANT_AVX2
   panel_gemm<FloatPanel<E>>(n, s, ldc, x, bx, nrx, y, by, nry);
   const int64_t done = n - n % 8;
