@@ -9,6 +9,7 @@
 #include "command.h"
 #include "common.h"
 #include "frugal/engine/generate.h"
+#include "frugal/engine/timings_json.h"
 #include "frugal/eval/score.h"
 #include "frugal/eval/task.h"
 
@@ -38,11 +39,16 @@ struct RunArgs {
   SamplingParams sampling;
 };
 
-nlohmann::json timings_json(const Timings& t) {
-  return {{"prefill_ms", t.prefill_ms},
-          {"decode_ms", t.decode_ms},
-          {"prefill_tok_s", t.prefill_tok_s()},
-          {"decode_tok_s", t.decode_tok_s()}};
+// The request-timing schema the server's responses and request log use, so scripts read both
+// alike: generate() samples the first token from the prefill's logits, so it arrives when the
+// prefill ends, and every later token costs one decode step; a local run has no queue.
+RequestTimings run_timings(const Timings& t) {
+  RequestTimings r;
+  static_cast<Timings&>(r) = t;
+  r.ttft_ms = t.prefill_ms;
+  r.tpot_ms = t.decode_tokens > 0 ? t.decode_ms / static_cast<double>(t.decode_tokens) : 0;
+  r.total_ms = t.prefill_ms + t.decode_ms;
+  return r;
 }
 
 Result<std::string> render_chat(const Tokenizer& tok, const RunArgs& a, const std::string& user) {
@@ -134,7 +140,7 @@ int run(const RunArgs& a) {
                         {"prompt_tokens", res->prompt_tokens},
                         {"tokens", res->tokens},
                         {"stop_reason", res->stop_reason},
-                        {"timings", timings_json(res->timings)},
+                        {"timings", timings_json<nlohmann::json>(run_timings(res->timings))},
                         {"kv", {{"policy", a.kv_policy.policy},
                                 {"budget_tokens", res->kv_eviction.budget},
                                 {"rounds", res->kv_eviction.rounds},
