@@ -9,6 +9,8 @@
 #include <limits>
 #include <string>
 
+#include "frugal/quant/reference.h"
+#include "frugal/quant/simd_kernels.h"
 #include "frugal/quant/simd_targets.h"
 #include "quant/quant_test_util.h"
 
@@ -108,6 +110,31 @@ TEST_P(QuantKernels, VecDotMatchesReference) {
         EXPECT_LE(std::fabs(fast - ref) / scale, kernel_tolerance(n))
             << "n=" << n << " ref=" << ref << " fast=" << fast;
       }
+    }
+  }
+}
+
+// The Q8 group layout holds Q8_0's codes and scales, so the Q4_0 dot against it must match the
+// Q4_0 x Q8_0 reference dot; lengths cover whole groups, partial groups and odd block counts.
+TEST_P(QuantKernels, Q4_0GroupDotMatchesReference) {
+  const TypeTraits* t = type_traits(DType::kQ4_0);
+  for (const int64_t blocks : {1, 3, 7, 8, 9, 28, 64, 71}) {
+    const int64_t n = blocks * 32;
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+      const auto qx = quantize(DType::kQ4_0, t->from_float_ref, random_row(n, seed * 5 + n));
+      const auto fy = random_row(n, seed * 11 + n + 3);
+      const auto qy = quantize(DType::kQ8_0, type_traits(DType::kQ8_0)->from_float_ref, fy);
+      std::vector<uint8_t> gy(static_cast<size_t>(quant::fast::q8_group_bytes(n)));
+      quant::fast::from_float_q8_group(fy.data(), gy.data(), n);
+      const auto dx = dequantize(t->to_float_ref, qx, n);
+      const auto dy = dequantize(type_traits(DType::kQ8_0)->to_float_ref, qy, n);
+      const double scale = abs_dot_f64(dx, dy) + 1e-30;
+      float ref = 0.f;
+      float fast = 0.f;
+      quant::vec_dot_q4_0_q8_0_ref(n, &ref, qx.data(), qy.data());
+      quant::fast::vec_dot_q4_0_q8_group(n, &fast, qx.data(), gy.data());
+      EXPECT_LE(std::fabs(fast - ref) / scale, kernel_tolerance(n))
+          << "n=" << n << " ref=" << ref << " fast=" << fast;
     }
   }
 }

@@ -82,6 +82,23 @@ FRUGAL_FAST_TO_FLOAT(q4_k);
 FRUGAL_FAST_TO_FLOAT(q5_k);
 FRUGAL_FAST_TO_FLOAT(q6_k);
 
+// simd_q4_0_gemv.cc: Q4_0 rows against activations in the Q8 group layout, for one-token
+// products (decode). An activation row of n elements (n a multiple of 32) is ceil(n / 256)
+// groups; the last is zero-padded. Codes and d are those of Q8_0 (from_float_q8_0), so a dot
+// equals the Q4_0 x Q8_0 reference dot up to float summation order.
+inline constexpr int64_t kQ8GroupElems = 256;
+struct Q8Group {
+  int8_t qs[kQ8GroupElems];  // codes of 8 Q8_0 blocks, in element order
+  float d[8];                // block scales (Q8_0's fp16 d, as float)
+  float c[8];                // -8 * d * sum(block codes): Q4_0's code offset, applied per block
+};
+int64_t q8_group_bytes(int64_t n);
+FRUGAL_FAST_FROM_FLOAT(q8_group);
+FRUGAL_FAST_VEC_DOT(q4_0_q8_group);
+// Whether the dispatched target runs a wide kernel (else a scalar loop: callers should prefer
+// the Q8_0 path).
+bool q4_0_q8_group_is_wide();
+
 #undef FRUGAL_FAST_TO_FLOAT
 #undef FRUGAL_FAST_FROM_FLOAT
 #undef FRUGAL_FAST_VEC_DOT

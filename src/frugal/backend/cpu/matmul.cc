@@ -19,6 +19,7 @@
 #include "frugal/backend/cpu/cpu_backend.h"
 #include "frugal/backend/cpu/float_gemm.h"
 #include "frugal/backend/cpu/simd_ops.h"
+#include "frugal/quant/simd_kernels.h"
 #include "frugal/quant/type_traits.h"
 
 namespace frugal::cpu {
@@ -53,6 +54,8 @@ int64_t plan_block_rows(int64_t rows, int64_t cap_rows, int tile_rows, int n_thr
 
 struct NativeJob {
   const TypeTraits* tt;
+  VecDotFn vec_dot;  // tt->vec_dot, or a kernel for the activation layout chosen below
+  bool tiles;        // run tt->gemm_tile over the batch
   const uint8_t* w;
   size_t w_stride;
   int64_t rows;
@@ -71,7 +74,7 @@ void native_task(void* ctx, int64_t b, int64_t e, int) {
   for (int64_t blk = b; blk < e; ++blk) {
     const int64_t r0 = blk * j.br;
     const int64_t r1 = std::min(j.rows, r0 + j.br);
-    if (tt.gemm_tile != nullptr && j.n > 1) {
+    if (j.tiles) {
       const int tr = std::max(1, tt.tile_rows);
       const int tc = std::max(1, tt.tile_cols);
       // Activation tile outermost: it stays in L1 while the block's weight rows stream from L2.
@@ -87,7 +90,7 @@ void native_task(void* ctx, int64_t b, int64_t e, int) {
       for (int64_t c = 0; c < j.n; ++c) {
         const uint8_t* a = j.act + c * j.act_stride;
         float* yc = j.y + c * j.rows;
-        for (int64_t r = r0; r < r1; ++r) tt.vec_dot(j.cols, yc + r, j.w + r * j.w_stride, a);
+        for (int64_t r = r0; r < r1; ++r) j.vec_dot(j.cols, yc + r, j.w + r * j.w_stride, a);
       }
     }
     if (j.bias != nullptr) {
@@ -156,6 +159,8 @@ void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float*
 
   NativeJob j;
   j.tt = tt;
+  j.vec_dot = tt->vec_dot;
+  j.tiles = tt->gemm_tile != nullptr && n > 1;
   j.w = static_cast<const uint8_t*>(w.data);
   j.w_stride = w.row_stride;
   j.rows = w.rows;
@@ -163,7 +168,16 @@ void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float*
   j.n = n;
   j.y = y;
   j.bias = bias;
-  if (tt->vec_dot_type == DType::kF32) {
+  // One-token Q4_0 products: the Q8 group layout lets the wide kernel keep up with memory.
+  const bool q4_group = w.type == DType::kQ4_0 && n == 1 && quant::fast::q4_0_q8_group_is_wide();
+  if (q4_group) {
+    j.vec_dot = quant::fast::vec_dot_q4_0_q8_group;
+    j.tiles = false;
+    j.act_stride = static_cast<size_t>(quant::fast::q8_group_bytes(w.cols));
+    auto* act = static_cast<uint8_t*>(act_.ensure(j.act_stride));
+    quant::fast::from_float_q8_group(x, act, w.cols);
+    j.act = act;
+  } else if (tt->vec_dot_type == DType::kF32) {
     j.act = reinterpret_cast<const uint8_t*>(x);
     j.act_stride = static_cast<size_t>(w.cols) * sizeof(float);
   } else {
