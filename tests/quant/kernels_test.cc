@@ -139,6 +139,55 @@ TEST_P(QuantKernels, Q4_0GroupDotMatchesReference) {
   }
 }
 
+// Packed Q4_0 panels against Q8 group activations: every (row, activation row) of shapes that
+// leave partial panels (rows not a multiple of 16), partial activation tiles and partial groups.
+TEST_P(QuantKernels, Q4_0PanelGemmMatchesReference) {
+  const TypeTraits* t = type_traits(DType::kQ4_0);
+  const TypeTraits* t8 = type_traits(DType::kQ8_0);
+  struct Shape {
+    int64_t blocks, rows, cols;
+  };
+  for (const Shape sh : {Shape{1, 5, 1}, Shape{9, 37, 11}, Shape{28, 16, 8}, Shape{8, 33, 17}}) {
+    const int64_t n = sh.blocks * 32;
+    const size_t bx = static_cast<size_t>(row_bytes(DType::kQ4_0, n));
+    const size_t by = static_cast<size_t>(row_bytes(DType::kQ8_0, n));
+    const size_t bg = static_cast<size_t>(quant::fast::q8_group_bytes(n));
+    std::vector<uint8_t> xs;
+    std::vector<uint8_t> ys;
+    std::vector<uint8_t> gs(bg * static_cast<size_t>(sh.cols));
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      const auto q = quantize(DType::kQ4_0, t->from_float_ref, random_row(n, 300 + r + n));
+      xs.insert(xs.end(), q.begin(), q.end());
+    }
+    for (int64_t c = 0; c < sh.cols; ++c) {
+      const auto f = random_row(n, 700 + c + n);
+      const auto q = quantize(DType::kQ8_0, t8->from_float_ref, f);
+      ys.insert(ys.end(), q.begin(), q.end());
+      quant::fast::from_float_q8_group(f.data(), gs.data() + c * bg, n);
+    }
+    std::vector<uint8_t> panels(static_cast<size_t>(quant::fast::q4_0_panels_bytes(sh.rows, n)));
+    quant::fast::pack_q4_0_panels(xs.data(), bx, sh.rows, n, panels.data());
+    const size_t ldy = static_cast<size_t>(sh.rows) + 3;
+    std::vector<float> y(ldy * static_cast<size_t>(sh.cols), -1.f);
+    quant::fast::gemm_q4_0_panels(n, panels.data(), sh.rows, gs.data(), bg, sh.cols, y.data(), ldy);
+    for (int64_t c = 0; c < sh.cols; ++c) {
+      const std::vector<uint8_t> qy(ys.begin() + c * by, ys.begin() + (c + 1) * by);
+      const auto dy = dequantize(t8->to_float_ref, qy, n);
+      for (int64_t r = 0; r < sh.rows; ++r) {
+        const std::vector<uint8_t> qx(xs.begin() + r * bx, xs.begin() + (r + 1) * bx);
+        const double scale = abs_dot_f64(dequantize(t->to_float_ref, qx, n), dy) + 1e-30;
+        float ref = 0.f;
+        quant::vec_dot_q4_0_q8_0_ref(n, &ref, qx.data(), qy.data());
+        const float got = y[c * ldy + r];
+        ASSERT_LE(std::fabs(got - ref) / scale, kernel_tolerance(n))
+            << "n=" << n << " r=" << r << " c=" << c << " ref=" << ref << " got=" << got;
+      }
+      // Rows past the last are left alone.
+      for (size_t r = static_cast<size_t>(sh.rows); r < ldy; ++r) ASSERT_EQ(y[c * ldy + r], -1.f);
+    }
+  }
+}
+
 TEST_P(QuantKernels, GemmTileMatchesReferenceForEveryShape) {
   for (const TypeTraits* t : all_type_traits()) {
     if (!t->gemm_tile) continue;

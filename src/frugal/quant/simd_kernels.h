@@ -91,6 +91,7 @@ struct Q8Group {
   int8_t qs[kQ8GroupElems];  // codes of 8 Q8_0 blocks, in element order
   float d[8];                // block scales (Q8_0's fp16 d, as float)
   float c[8];                // -8 * d * sum(block codes): Q4_0's code offset, applied per block
+  int32_t o[8];              // -8 * sum(block codes), the same offset before scaling
 };
 int64_t q8_group_bytes(int64_t n);
 FRUGAL_FAST_FROM_FLOAT(q8_group);
@@ -98,6 +99,20 @@ FRUGAL_FAST_VEC_DOT(q4_0_q8_group);
 // Whether the dispatched target runs a wide kernel (else a scalar loop: callers should prefer
 // the Q8_0 path).
 bool q4_0_q8_group_is_wide();
+
+// simd_q4_0_gemm.cc: Q4_0 rows against many activation rows in the Q8 group layout (prefill),
+// as an int8 product with AVX-512 VNNI. Weight rows are first packed in panels of 16 rows:
+// per block, the 16 row scales (float) and the codes (0..15) as 8 steps of 16 rows x 4 bytes,
+// so one 512-bit register holds 4 codes of each of 16 rows. Rows past `rows` are zero.
+inline constexpr int kQ4PanelRows = 16;
+int64_t q4_0_panels_bytes(int64_t rows, int64_t n);
+void pack_q4_0_panels(const void* x, size_t bx, int64_t rows, int64_t n, void* dst);
+// For r < rows, c < ncols: y[c * ldy + r] = dot(row r of the panels, activation row c), where
+// activation row c starts at act + c * act_stride bytes.
+void gemm_q4_0_panels(int64_t n, const void* panels, int64_t rows, const void* act,
+                      size_t act_stride, int64_t ncols, float* y, size_t ldy);
+// Whether gemm_q4_0_panels runs the VNNI kernel here (else a scalar loop).
+bool q4_0_panels_are_fast();
 
 #undef FRUGAL_FAST_TO_FLOAT
 #undef FRUGAL_FAST_FROM_FLOAT

@@ -176,6 +176,7 @@ void from_float_q8_group(const float* src, void* dst, int64_t n) {
       for (int j = 0; j < kQK; ++j) sum += blocks[b].qs[j];
       out.d[b] = fp16_to_f32(blocks[b].d);
       out.c[b] = -8.f * out.d[b] * static_cast<float>(sum);
+      out.o[b] = -8 * sum;
     }
   }
 }

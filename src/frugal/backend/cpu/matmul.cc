@@ -99,6 +99,40 @@ void native_task(void* ctx, int64_t b, int64_t e, int) {
   }
 }
 
+// Q4_0 prefill (quant/simd_q4_0_gemm.cc): each block of weight rows is packed into 16-row
+// panels once per call, then every activation row streams past it.
+constexpr int64_t kQ4PanelBlockBytes = 512 * 1024;  // packed rows per block: half of a 1 MiB L2
+constexpr int64_t kQ4PanelMaxRows = 128;
+
+struct Q4PanelJob {
+  const uint8_t* w;
+  size_t w_stride;
+  int64_t rows;
+  int64_t k;
+  const uint8_t* act;  // [n] rows in the Q8 group layout
+  size_t act_stride;
+  int64_t n;
+  float* y;
+  const float* bias;
+  int64_t br;
+  const AlignedBuffer* scratch;  // [thread]: one block of panels
+};
+
+void q4_panel_task(void* ctx, int64_t b, int64_t e, int thread) {
+  const Q4PanelJob& j = *static_cast<const Q4PanelJob*>(ctx);
+  void* panels = j.scratch[thread].data();
+  for (int64_t blk = b; blk < e; ++blk) {
+    const int64_t r0 = blk * j.br;
+    const int64_t r1 = std::min(j.rows, r0 + j.br);
+    quant::fast::pack_q4_0_panels(j.w + r0 * j.w_stride, j.w_stride, r1 - r0, j.k, panels);
+    quant::fast::gemm_q4_0_panels(j.k, panels, r1 - r0, j.act, j.act_stride, j.n, j.y + r0,
+                                  static_cast<size_t>(j.rows));
+    if (j.bias != nullptr) {
+      for (int64_t c = 0; c < j.n; ++c) add(j.y + c * j.rows + r0, j.bias + r0, r1 - r0);
+    }
+  }
+}
+
 struct FloatJob {
   ToFloatFn expand;  // nullptr for F32 weights, which are used in place
   const uint8_t* w;
@@ -145,6 +179,31 @@ void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float*
   const TypeTraits* tt = type_traits(w.type);
   const bool is_float = w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16;
   const int64_t min_tokens = is_float ? kFloatPathMinTokens : kQuantFloatPathMinTokens;
+  if (w.type == DType::kQ4_0 && n >= min_tokens && quant::fast::q4_0_panels_are_fast()) {
+    Q4PanelJob j;
+    j.w = static_cast<const uint8_t*>(w.data);
+    j.w_stride = w.row_stride;
+    j.rows = w.rows;
+    j.k = w.cols;
+    j.act_stride = static_cast<size_t>(quant::fast::q8_group_bytes(w.cols));
+    auto* act = static_cast<uint8_t*>(act_.ensure(j.act_stride * static_cast<size_t>(n)));
+    const int64_t cols = w.cols;
+    const size_t stride = j.act_stride;
+    pool_.parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)), [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) quant::fast::from_float_q8_group(x + t * cols, act + t * stride, cols);
+    });
+    j.act = act;
+    j.n = n;
+    j.y = y;
+    j.bias = bias;
+    const int64_t row_bytes_packed = std::max<int64_t>(1, quant::fast::q4_0_panels_bytes(16, w.cols) / 16);
+    const int64_t cap = std::clamp<int64_t>(kQ4PanelBlockBytes / row_bytes_packed, 16, kQ4PanelMaxRows);
+    j.br = plan_block_rows(w.rows, cap, quant::fast::kQ4PanelRows, pool_.size());
+    ensure_thread_scratch(static_cast<size_t>(quant::fast::q4_0_panels_bytes(j.br, w.cols)));
+    j.scratch = scratch_.data();
+    pool_.dispatch(q4_panel_task, &j, ceil_div(j.rows, j.br), 1);
+    return;
+  }
   if (n >= min_tokens && tt != nullptr && tt->to_float != nullptr) {
     matmul_float(w, tt, x, n, y, bias);
     return;
