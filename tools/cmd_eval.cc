@@ -25,6 +25,7 @@ struct EvalArgs {
   std::vector<std::string> ref;       // NAME=VALUE for the reference configuration
   bool no_ref = false;
   std::string sweep;                  // NAME=v1,v2,...
+  std::string kv_quant, kv_memory;    // shorthands for --set kv-quant=... / kv-memory=...
   std::string out_json;
   std::string plot;
   bool quiet = false;
@@ -65,7 +66,10 @@ int eval_cmd(const EvalArgs& a) {
   GenerateOptions base;
   base.sampling.temperature = 0;
   eval::EvalConfig config{"", base};
-  if (Status st = apply_settings(config.gen, a.set); !st.ok()) return fail(cmd, st.message());
+  std::vector<std::string> settings = a.set;
+  if (!a.kv_quant.empty()) settings.push_back("kv-quant=" + a.kv_quant);
+  if (!a.kv_memory.empty()) settings.push_back("kv-memory=" + a.kv_memory);
+  if (Status st = apply_settings(config.gen, settings); !st.ok()) return fail(cmd, st.message());
   eval::EvalConfig reference{"reference", base};
   reference.gen.kv_dtype = DType::kF32;
   if (Status st = apply_settings(reference.gen, a.ref); !st.ok()) return fail(cmd, "--ref: " + st.message());
@@ -99,7 +103,7 @@ int eval_cmd(const EvalArgs& a) {
 
   std::vector<eval::EvalConfig> configs;
   if (sweep_values.empty()) {
-    config.label = a.set.empty() ? "default" : fmt::format("{}", fmt::join(a.set, " "));
+    config.label = settings.empty() ? "default" : fmt::format("{}", fmt::join(settings, " "));
     configs.push_back(config);
   } else {
     for (const auto& v : sweep_values) {
@@ -151,6 +155,8 @@ RunFn setup(CLI::App& app) {
   app.add_option("--ref", a->ref, "engine option NAME=VALUE for the reference configuration (default kv-type=f32)");
   app.add_flag("--no-ref", a->no_ref, "skip the teacher-forced comparison with the reference");
   app.add_option("--kl-examples", a->kl_examples, "teacher-forced comparisons per task and length")->capture_default_str();
+  app.add_option("--kv-quant", a->kv_quant, "KV quantization under test: none, int8, int4, hyquant");
+  app.add_option("--kv-memory", a->kv_memory, "KV memory budget under test, e.g. 1MiB");
   app.add_option("--sweep", a->sweep, "NAME=v1,v2,...: evaluate each value and plot accuracy against it");
   app.add_option("--out", a->out_json, "write every per-example result as JSON");
   app.add_option("--plot", a->plot, "SVG file for --sweep (default eval-sweep-NAME.svg)");

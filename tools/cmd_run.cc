@@ -32,6 +32,8 @@ struct RunArgs {
   bool temp_given = false;
   std::string kv_type = "f16";
   KvPolicyOptions kv_policy;
+  std::string kv_quant;   // none, int8, int4, hyquant
+  std::string kv_memory;  // e.g. 256MiB
   std::string task;           // generate the prompt from a task family and score the answer
   uint64_t task_seed = 1;
   int64_t task_length = 512;
@@ -114,6 +116,12 @@ int run(const RunArgs& a) {
     return fail(cmd, "--kv-type must be f16 or f32, not '" + a.kv_type + "'");
   }
   go.kv_policy = a.kv_policy;
+  if (!a.kv_quant.empty()) {
+    if (Status s = set_generate_option(go, "kv-quant", a.kv_quant); !s.ok()) return fail(cmd, s.message());
+  }
+  if (!a.kv_memory.empty()) {
+    if (Status s = set_generate_option(go, "kv-memory", a.kv_memory); !s.ok()) return fail(cmd, s.message());
+  }
   if (Status s = validate(go.kv_policy); !s.ok()) return fail(cmd, s.message());
 
   CpuBackendOptions bo;
@@ -142,6 +150,8 @@ int run(const RunArgs& a) {
                         {"stop_reason", res->stop_reason},
                         {"timings", timings_json<nlohmann::json>(run_timings(res->timings))},
                         {"kv", {{"policy", a.kv_policy.policy},
+                                {"quant", kv_quant_name(go.kv_policy.quant)},
+                                {"memory_tokens", res->kv_eviction.memory_tokens},
                                 {"budget_tokens", res->kv_eviction.budget},
                                 {"rounds", res->kv_eviction.rounds},
                                 {"round_ms", res->kv_eviction.round_ms},
@@ -161,11 +171,11 @@ int run(const RunArgs& a) {
                  static_cast<long long>(res->timings.prefill_tokens), res->timings.prefill_tok_s(),
                  static_cast<long long>(res->timings.decode_tokens), res->timings.decode_tok_s(),
                  res->stop_reason.c_str());
-    if (a.kv_policy.policy != "full") {
+    if (a.kv_policy.policy != "full" || go.kv_policy.quant != KvQuant::kNone || go.kv_policy.memory > 0) {
       const KvEvictionStats& k = res->kv_eviction;
-      std::fprintf(stderr, "kv %s: budget %d tokens/head, %lld rounds, %.3f ms/round (%.3f ms statistics); KV %llu "
+      std::fprintf(stderr, "kv %s (quant %s): budget %d tokens/head, %lld rounds, %.3f ms/round (%.3f ms statistics); KV %llu "
                    "bytes reserved, %llu peak live\n",
-                   a.kv_policy.policy.c_str(), k.budget, static_cast<long long>(k.rounds),
+                   a.kv_policy.policy.c_str(), kv_quant_name(go.kv_policy.quant), k.budget, static_cast<long long>(k.rounds),
                    k.rounds > 0 ? k.round_ms / static_cast<double>(k.rounds) : 0.0,
                    k.rounds > 0 ? k.stats_ms / static_cast<double>(k.rounds) : 0.0,
                    static_cast<unsigned long long>(res->kv_bytes), static_cast<unsigned long long>(k.peak_used_bytes));
@@ -209,6 +219,9 @@ RunFn setup(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("--kv-protect-prompt", a->kv_policy.protect_prompt, "never evict prompt tokens (inside the budget)");
   app.add_option("--kv-seed", a->kv_policy.seed, "seed of random eviction")->capture_default_str();
+  app.add_option("--kv-quant", a->kv_quant, "KV quantization: none, int8, int4 or hyquant (with any policy)");
+  app.add_option("--kv-memory", a->kv_memory, "KV memory budget, e.g. 256MiB: sets the capacity and an evicting "
+                 "policy's budget for this model and kv-quant");
   app.add_flag("--json", a->json, "print one JSON object with text, tokens, timings and peak memory");
   app.add_flag("-v,--verbose", a->verbose, "describe the model and run on stderr");
   return [a]() { return run(*a); };

@@ -1,6 +1,9 @@
 #include "frugal/engine/generate.h"
 
+#include <cctype>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 
 namespace frugal {
 namespace {
@@ -43,8 +46,13 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   const int32_t prompt_len = static_cast<int32_t>(prompt.size());
   const int32_t trace_len = opts.n_predict >= 0 ? std::min(n_ctx, prompt_len + opts.n_predict) : n_ctx;
   FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvEvictor> evictor, KvEvictor::create(opts.kv_policy, trace_len));
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(model.kv_options(1, evictor->capacity(prompt_len, n_ctx),
-                                                                       opts.kv_dtype)));
+  KvCacheOptions kvo = model.kv_options(1, evictor->capacity(prompt_len, n_ctx), opts.kv_dtype);
+  kvo.quant = opts.kv_policy.quant;
+  if (kvo.quant == KvQuant::kHyQuant) kvo.residual = 2 * kKvGroup + opts.n_batch;  // one prefill chunk
+  if (opts.kv_policy.memory > 0) {
+    FRUGAL_ASSIGN_OR_RETURN(kvo.capacity, evictor->fit_memory(kvo, prompt_len, trace_len));
+  }
+  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(kvo));
   evictor->begin(kv, 0, prompt_len);
   Backend& be = evictor->backend(backend);
 
@@ -153,11 +161,28 @@ Result<int32_t> parse_int(const std::string& name, const std::string& value) {
   return static_cast<int32_t>(v);
 }
 
+// "256MiB", "1.5G", "64k", "1048576" (binary units).
+Result<uint64_t> parse_size(const std::string& name, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  std::string unit(end != nullptr ? end : "");
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mul = 0;
+  if (unit.empty() || unit == "b") mul = 1;
+  if (unit == "k" || unit == "kb" || unit == "kib") mul = 1024.0;
+  if (unit == "m" || unit == "mb" || unit == "mib") mul = 1024.0 * 1024;
+  if (unit == "g" || unit == "gb" || unit == "gib") mul = 1024.0 * 1024 * 1024;
+  if (end == text.c_str() || mul == 0 || !(v > 0) || !std::isfinite(v * mul) || v * mul > 1e18) {
+    return error(ErrorCode::kInvalidArgument, "option {}: '{}' is not a size (e.g. 256MiB, 2G, 1048576)", name, text);
+  }
+  return static_cast<uint64_t>(v * mul);
+}
+
 }  // namespace
 
 std::vector<std::string> generate_option_names() {
   return {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
-          "kv-policy", "kv-budget", "kv-buffer", "kv-protect-prompt", "kv-seed"};
+          "kv-policy", "kv-budget", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant", "kv-memory"};
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value) {
@@ -207,6 +232,14 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
     o.kv_policy.protect_prompt = value == "1" || value == "true";
     return ok_status();
   }
+  if (name == "kv-quant") {
+    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.quant, parse_kv_quant(value));
+    return ok_status();
+  }
+  if (name == "kv-memory") {
+    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.memory, parse_size(name, value));
+    return ok_status();
+  }
   if (name == "kv-seed") {
     FRUGAL_ASSIGN_OR_RETURN(int32_t v, parse_int(name, value));
     o.kv_policy.seed = static_cast<uint64_t>(v);
@@ -219,9 +252,11 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
 
 std::string describe_generate_options(const GenerateOptions& o) {
   const KvPolicyOptions& k = o.kv_policy;
-  const std::string kv = k.policy == "full" ? std::string()
-                                            : fmt::format(" kv-policy={} kv-budget={} kv-buffer={} kv-protect-prompt={}",
-                                                          k.policy, k.budget, k.buffer, k.protect_prompt ? 1 : 0);
+  std::string kv = k.policy == "full" ? std::string()
+                                      : fmt::format(" kv-policy={} kv-budget={} kv-buffer={} kv-protect-prompt={}",
+                                                    k.policy, k.budget, k.buffer, k.protect_prompt ? 1 : 0);
+  if (k.quant != KvQuant::kNone) kv += fmt::format(" kv-quant={}", kv_quant_name(k.quant));
+  if (k.memory > 0) kv += fmt::format(" kv-memory={}", k.memory);
   return fmt::format("kv-type={} temp={} top-k={} top-p={} min-p={} seed={} n-batch={} ctx-size={}{}",
                      dtype_name(o.kv_dtype), o.sampling.temperature, o.sampling.top_k, o.sampling.top_p,
                      o.sampling.min_p, o.sampling.seed, o.n_batch, o.n_ctx, kv);

@@ -22,7 +22,8 @@ struct GenerateOptions {
   std::vector<std::string> stop;  // stop strings (not included in the text)
   SamplingParams sampling;
   DType kv_dtype = DType::kF16;
-  KvPolicyOptions kv_policy;   // eviction between decode steps (default `full`: none)
+  KvPolicyOptions kv_policy;   // eviction between decode steps (default `full`: none), KV
+                               // quantization (kv_policy.quant) and memory budget (kv_policy.memory)
 };
 
 // Phase timings shared by `run --json`, `bench` and the server's request log.
@@ -58,7 +59,7 @@ namespace frugal {
 
 // Sets one generation option by its CLI name ("kv-type", "temp", "top-k", "top-p", "min-p",
 // "seed", "n-batch", "ctx-size", "n-predict", "kv-policy", "kv-budget", "kv-buffer",
-// "kv-protect-prompt", "kv-seed"), so `eval --sweep NAME=v1,v2` and reference
+// "kv-protect-prompt", "kv-seed", "kv-quant", "kv-memory"), so `eval --sweep NAME=v1,v2` and reference
 // configurations can name any of them. kInvalidArgument names the option and the bad value.
 Status set_generate_option(GenerateOptions& opts, const std::string& name, const std::string& value);
 // The names set_generate_option accepts.

@@ -44,6 +44,7 @@ class RecordingBackend final : public Backend {
                  const AttentionParams& p, float* out) override {
     ev_.record_queries(layer, seq, pos, n, q, p);
     inner_.attention(q, kv, layer, seq, pos, n, p, out);
+    ev_.after_attention(kv, layer, seq, n);
   }
 
  private:
@@ -61,6 +62,7 @@ Status validate(const KvPolicyOptions& o) {
                  "kv-budget for policy '{}' must be a token count (>= 1) or a fraction in (0, 1) (got {})", o.policy,
                  o.budget);
   }
+  if (o.memory > 0 && o.budget == 0) return ok_status();  // the budget comes from the memory
   if (o.budget >= 1 && o.budget <= o.buffer) {
     return error(ErrorCode::kInvalidArgument, "kv-budget ({} tokens) must exceed kv-buffer ({})", o.budget, o.buffer);
   }
@@ -73,7 +75,8 @@ Result<std::unique_ptr<KvEvictor>> KvEvictor::create(const KvPolicyOptions& o, i
   ev->opts_ = o;
   FRUGAL_ASSIGN_OR_RETURN(ev->policy_, make_kv_policy(o.policy));
   ev->needs_ = ev->policy_->needs();
-  if (ev->needs_.evicts) {
+  ev->trace_len_ = trace_len;
+  if (ev->needs_.evicts && o.budget > 0) {
     const double b = o.budget < 1 ? std::ceil(o.budget * std::max(trace_len, 1)) : o.budget;
     ev->stats_.budget = static_cast<int32_t>(std::min<double>(b, std::numeric_limits<int32_t>::max()));
     if (ev->stats_.budget <= o.buffer) {
@@ -94,7 +97,54 @@ int32_t KvEvictor::capacity(int32_t prompt_len, int32_t n_ctx) const {
   return static_cast<int32_t>(std::min<int64_t>(need, n_ctx));
 }
 
+Result<int32_t> KvEvictor::fit_memory(const KvCacheOptions& shape, int32_t prompt_len, int32_t trace_len) {
+  KvCacheOptions o = shape;
+  o.quant = opts_.quant;
+  FRUGAL_ASSIGN_OR_RETURN(int32_t tokens, kv_tokens_for_memory(o, opts_.memory));
+  stats_.memory_tokens = tokens;
+  if (!evicts()) {
+    if (tokens < trace_len) {
+      return error(ErrorCode::kOverBudget,
+                   "kv-memory {} bytes holds {} tokens per (layer, KV head) with kv-quant {}, but policy '{}' keeps the "
+                   "whole {}-token trace: raise kv-memory or choose an evicting kv-policy",
+                   opts_.memory, tokens, kv_quant_name(opts_.quant), policy_->name(), trace_len);
+    }
+    return trace_len;
+  }
+  if (tokens < prompt_len || tokens - opts_.buffer <= opts_.buffer) {
+    return error(ErrorCode::kOverBudget,
+                 "kv-memory {} bytes holds {} tokens per (layer, KV head) with kv-quant {}; it must hold the {}-token "
+                 "prompt and a budget above kv-buffer {} plus the buffer",
+                 opts_.memory, tokens, kv_quant_name(opts_.quant), prompt_len, opts_.buffer);
+  }
+  const int32_t b = tokens - opts_.buffer;
+  if (stats_.budget == 0 || b < stats_.budget) stats_.budget = b;
+  return capacity(prompt_len, trace_len);
+}
+
 void KvEvictor::begin(KvCache& kv, int seq, int32_t prompt_len) {
+  cache_ = &kv;
+  deferred_ = ok_status();
+  if ((opts_.memory > 0 || kv.options().quant != opts_.quant) && kv.options().n_seq == 1 && kv.size(0, 0, 0) == 0) {
+    KvCacheOptions o = kv.options();
+    o.quant = opts_.quant;
+    if (opts_.memory > 0) {
+      Result<int32_t> cap = fit_memory(o, prompt_len, std::max(trace_len_, prompt_len));
+      if (!cap.ok()) {
+        deferred_ = cap.status();
+      } else {
+        o.capacity = *cap;
+      }
+    }
+    if (deferred_.ok() && (o.capacity != kv.options().capacity || o.quant != kv.options().quant)) {
+      Result<KvCache> fresh = KvCache::create(o);
+      if (fresh.ok()) {
+        kv = std::move(*fresh);
+      } else {
+        deferred_ = fresh.status();
+      }
+    }
+  }
   const KvCacheOptions& ko = kv.options();
   if (n_seq_ != ko.n_seq || rings_.size() != static_cast<size_t>(ko.n_layer) * ko.n_seq) {
     n_seq_ = ko.n_seq;
@@ -113,7 +163,7 @@ void KvEvictor::begin(KvCache& kv, int seq, int32_t prompt_len) {
 }
 
 Backend& KvEvictor::backend(Backend& inner) {
-  if (!evicts() || !needs_.attention) return inner;
+  if ((!evicts() || !needs_.attention) && opts_.quant != KvQuant::kHyQuant) return inner;
   recorder_ = std::make_unique<RecordingBackend>(inner, *this);
   return *recorder_;
 }
@@ -138,7 +188,34 @@ void KvEvictor::record_queries(int layer, const int32_t* seq, const int32_t* pos
   }
 }
 
+void KvEvictor::after_attention(const KvCache& kv, int layer, const int32_t* seq, int64_t n) {
+  if (opts_.quant != KvQuant::kHyQuant || cache_ != &kv || n <= 0 || attn_.n_head_kv != kv.options().n_head_kv) return;
+  const int hd = attn_.head_dim, n_rep = attn_.n_head / attn_.n_head_kv;
+  const size_t row = static_cast<size_t>(attn_.n_head) * hd;
+  for (int64_t t = 0; t < n; ++t) {
+    const int s = seq[t];
+    if ((t > 0 && seq[t - 1] == s) || s < 0 || s >= n_seq_) continue;
+    const Ring& rg = ring(layer, s);
+    const int nq = static_cast<int>(std::min<int64_t>(rg.count, opts_.buffer));
+    if (nq == 0) continue;
+    // Mean over the group's heads and the recent queries: its dot product with a key is the mean
+    // attention logit the key receives (HyQuant's vertical-line score).
+    qmean_.assign(static_cast<size_t>(attn_.n_head_kv) * hd, 0.f);
+    for (int j = 0; j < nq; ++j) {
+      const float* q = rg.q.data() + static_cast<size_t>((rg.count - 1 - j) % opts_.buffer) * row;
+      for (int h = 0; h < attn_.n_head; ++h) {
+        float* m = qmean_.data() + static_cast<size_t>(h / n_rep) * hd;
+        for (int c = 0; c < hd; ++c) m[c] += q[static_cast<size_t>(h) * hd + c];
+      }
+    }
+    const float inv = 1.f / static_cast<float>(nq * n_rep);
+    for (float& x : qmean_) x *= inv;
+    cache_->flush(layer, s, qmean_.data());
+  }
+}
+
 Status KvEvictor::step(KvCache& kv, int seq) {
+  FRUGAL_RETURN_IF_ERROR(deferred_);
   stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, kv.used_bytes());
   if (!evicts()) return ok_status();
   if (kv.size(0, seq, 0) < stats_.budget + opts_.buffer) return ok_status();
@@ -150,6 +227,7 @@ Status KvEvictor::round(KvCache& kv, int seq) {
   if (seq < 0 || seq >= n_seq_) {
     return error(ErrorCode::kInvalidArgument, "kv eviction: sequence {} was not begun (begin() before rounds)", seq);
   }
+  FRUGAL_RETURN_IF_ERROR(deferred_);
   if (!evicts()) return ok_status();
   const auto t0 = Clock::now();
   for (int l = 0; l < ko.n_layer; ++l) FRUGAL_RETURN_IF_ERROR(round_layer(kv, l, seq));
@@ -236,14 +314,8 @@ Status KvEvictor::round_layer(KvCache& kv, int layer, int seq) {
     const bool cut = v.n_cand > n_keep;
     if (!cut && !needs_.accumulated) continue;
     if (needs_.keys || needs_.attention) {
-      const size_t cnt = static_cast<size_t>(n) * ko.head_dim;
-      keys_.resize(cnt);
-      if (ko.dtype == DType::kF32) {
-        std::memcpy(keys_.data(), kv.keys(layer, seq, h), cnt * sizeof(float));
-      } else {
-        const auto* src = static_cast<const uint16_t*>(kv.keys(layer, seq, h));
-        for (size_t i = 0; i < cnt; ++i) keys_[i] = fp16_to_f32(src[i]);
-      }
+      keys_.resize(static_cast<size_t>(n) * ko.head_dim);
+      kv.read_rows(layer, seq, h, keys_.data(), nullptr);
       v.keys = keys_.data();
     }
     if (needs_.attention) {

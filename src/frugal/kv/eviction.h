@@ -24,6 +24,10 @@ struct KvPolicyOptions {
   int32_t buffer = 64;          // newest tokens never evicted; also the round period in steps
   bool protect_prompt = false;  // prompt tokens are kept, counted inside the budget
   uint64_t seed = 0;            // for `random`
+  KvQuant quant = KvQuant::kNone;  // storage of the cache (combinable with every policy)
+  uint64_t memory = 0;          // > 0: bytes for K and V; sets the capacity (and, for an evicting
+                                // policy, budget = capacity - buffer; with kv-budget too, the
+                                // smaller wins)
 };
 
 // Checks the name and the numbers without a model (fails at configuration, not mid-run).
@@ -35,6 +39,7 @@ struct KvEvictionStats {
   double round_ms = 0;           // all rounds, everything included
   double stats_ms = 0;           // of which: attention statistics for scored policies
   uint64_t peak_used_bytes = 0;  // K+V bytes of live tokens, highest seen between decode steps
+  int32_t memory_tokens = 0;     // capacity kv-memory resolved to (0: not given)
 };
 
 class KvEvictor {
@@ -49,8 +54,14 @@ class KvEvictor {
   // Tokens per head the cache must hold for this prompt: the whole context without eviction,
   // else max(prompt, budget + buffer), so memory follows the budget, not the trace.
   int32_t capacity(int32_t prompt_len, int32_t n_ctx) const;
-  // Starts `seq` (call after creating the cache, before prefill).
+  // Starts `seq` (call after creating the cache, before prefill). An empty cache whose layout
+  // disagrees with kv-quant / kv-memory is re-created with the right one; a memory budget that
+  // cannot hold the prompt is reported by the next step() or round().
   void begin(KvCache& kv, int seq, int32_t prompt_len);
+  // Resolves kv-memory for this cache shape and prompt: the capacity to allocate (tokens per
+  // head), updating the budget of an evicting policy; kOverBudget says why it cannot fit.
+  // `trace_len` is what a non-evicting policy must hold.
+  Result<int32_t> fit_memory(const KvCacheOptions& shape, int32_t prompt_len, int32_t trace_len);
   // The backend to run the model with: `inner`, or a wrapper that also records each layer's
   // queries when the policy reads attention. Valid while this evictor and `inner` live.
   Backend& backend(Backend& inner);
@@ -60,6 +71,9 @@ class KvEvictor {
   Status round(KvCache& kv, int seq);
   const KvEvictionStats& stats() const { return stats_; }
 
+  // hyquant: after attention ran on `layer`, quantizes its residual, scoring tokens with the mean
+  // recent query of each KV head's group.
+  void after_attention(const KvCache& kv, int layer, const int32_t* seq, int64_t n);
   // Keeps the latest `buffer` queries ([n][n_head][head_dim], post-RoPE) of each (layer, seq);
   // the recording backend calls it, tests may call it directly.
   void record_queries(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
@@ -88,6 +102,10 @@ class KvEvictor {
   std::vector<int32_t> acc_pos_;      // [layer][seq]: newest query already accumulated (H2O)
   std::vector<Ring> rings_;           // [layer][seq]
   AttentionParams attn_;              // as the model last ran attention
+  KvCache* cache_ = nullptr;          // the cache begun (hyquant flushes it)
+  Status deferred_ = ok_status();     // a begin() failure, reported by step()/round()
+  int32_t trace_len_ = 0;
+  std::vector<float> qmean_;
   // Scratch reused across rounds.
   std::vector<float> keys_, probs_, scores_;
   std::vector<int32_t> order_;

@@ -1,11 +1,67 @@
 #include "frugal/kv/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "frugal/core/half.h"
 
 namespace frugal {
+
+namespace {
+struct QuantLayout {
+  int bits = 0, cb = 0, vg = 0, res = 0, hot = 0, groups = 0;
+};
+QuantLayout quant_layout(const KvCacheOptions& o) {
+  QuantLayout l;
+  l.bits = kv_quant_bits(o.quant);
+  l.cb = kv_code_bytes(o.head_dim, l.bits);
+  l.vg = (o.head_dim + kKvGroup - 1) / kKvGroup;
+  l.res = o.residual > 0 ? std::max(o.residual, 2 * kKvGroup)
+                         : (o.quant == KvQuant::kHyQuant ? 2 * kKvGroup + 512 : 2 * kKvGroup);
+  l.hot = o.quant == KvQuant::kHyQuant
+              ? static_cast<int>(std::ceil(static_cast<double>(o.hot_ratio) * std::max(o.capacity, 0) - 1e-6))
+              : 0;
+  l.groups = (o.capacity + kKvGroup - 1) / kKvGroup;
+  return l;
+}
+}  // namespace
+
+uint64_t kv_reserved_bytes(const KvCacheOptions& o) {
+  const uint64_t heads = static_cast<uint64_t>(o.n_layer) * o.n_seq * o.n_head_kv;
+  const uint64_t hd = static_cast<uint64_t>(o.head_dim), cap = static_cast<uint64_t>(std::max(o.capacity, 0));
+  if (o.quant == KvQuant::kNone) return heads * cap * hd * (o.dtype == DType::kF32 ? 4 : 2) * 2;
+  const QuantLayout l = quant_layout(o);
+  const uint64_t per_head = cap * static_cast<uint64_t>(l.cb) * 2 + static_cast<uint64_t>(l.groups) * hd * 4 +
+                            cap * static_cast<uint64_t>(l.vg) * 4 + static_cast<uint64_t>(l.res) * hd * 4 +
+                            static_cast<uint64_t>(l.hot) * (hd * 4 + 8);
+  return heads * per_head;
+}
+
+Result<int32_t> kv_tokens_for_memory(const KvCacheOptions& o, uint64_t bytes, int32_t min_tokens) {
+  KvCacheOptions t = o;
+  const auto fits = [&](int64_t c) {
+    t.capacity = static_cast<int>(c);
+    return kv_reserved_bytes(t) <= bytes;
+  };
+  int64_t lo = 0, hi = 1;
+  while (hi < (int64_t{1} << 30) && fits(hi)) hi *= 2;  // reservation grows with capacity
+  if (fits(hi)) lo = hi;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  if (lo < min_tokens) {
+    t.capacity = std::max(min_tokens, 1);
+    return error(ErrorCode::kOverBudget,
+                 "kv-memory {} bytes holds {} tokens per (layer, KV head) with kv-quant {} for this model ({} layers x {} "
+                 "KV heads x head size {}, x {} sequences): {} tokens need {} bytes",
+                 bytes, lo, kv_quant_name(o.quant), o.n_layer, o.n_head_kv, o.head_dim, o.n_seq, t.capacity,
+                 kv_reserved_bytes(t));
+  }
+  return static_cast<int32_t>(lo);
+}
 
 Result<KvCache> KvCache::create(const KvCacheOptions& opts) {
   if (opts.n_layer <= 0 || opts.n_head_kv <= 0 || opts.head_dim <= 0 || opts.n_seq <= 0 || opts.capacity <= 0) {
@@ -17,24 +73,65 @@ Result<KvCache> KvCache::create(const KvCacheOptions& opts) {
     return error(ErrorCode::kNotSupported, "kv cache: element type {} is not supported (f16 or f32)",
                  dtype_name(opts.dtype));
   }
+  if (opts.quant != KvQuant::kNone && opts.head_dim % 2 != 0) {
+    return error(ErrorCode::kNotSupported, "kv cache: kv-quant {} needs an even head size (got {})",
+                 kv_quant_name(opts.quant), opts.head_dim);
+  }
+  if (opts.quant != KvQuant::kNone && opts.head_dim > 512) {
+    return error(ErrorCode::kNotSupported, "kv cache: kv-quant supports head sizes up to 512 (got {})", opts.head_dim);
+  }
+  if (!(opts.hot_ratio >= 0 && opts.hot_ratio <= 1)) {
+    return error(ErrorCode::kInvalidArgument, "kv cache: hot_ratio {} is not in [0, 1]", opts.hot_ratio);
+  }
   KvCache c;
   c.opts_ = opts;
-  c.row_bytes_ = static_cast<size_t>(opts.head_dim) * (opts.dtype == DType::kF16 ? 2 : 4);
   const size_t heads = static_cast<size_t>(opts.n_layer) * opts.n_seq * opts.n_head_kv;
-  const size_t bytes = heads * opts.capacity * c.row_bytes_;
-  c.k_.resize(bytes);
-  c.v_.resize(bytes);
-  c.pos_.assign(heads * opts.capacity, -1);
+  const size_t hd = static_cast<size_t>(opts.head_dim), cap = static_cast<size_t>(opts.capacity);
+  c.pos_.assign(heads * cap, -1);
   c.len_.assign(heads, 0);
+  if (opts.quant == KvQuant::kNone) {
+    c.row_bytes_ = hd * (opts.dtype == DType::kF16 ? 2 : 4);
+    c.k_.resize(heads * cap * c.row_bytes_);
+    c.v_.resize(heads * cap * c.row_bytes_);
+    return c;
+  }
+  const QuantLayout l = quant_layout(opts);
+  c.bits_ = l.bits;
+  c.cb_ = l.cb;
+  c.vg_ = l.vg;
+  c.res_cap_ = l.res;
+  c.hot_cap_ = l.hot;
+  c.kq_.resize(heads * cap * static_cast<size_t>(l.cb));
+  c.vq_.resize(heads * cap * static_cast<size_t>(l.cb));
+  c.kp_.resize(heads * static_cast<size_t>(l.groups) * hd * 2);
+  c.vp_.resize(heads * cap * static_cast<size_t>(l.vg) * 2);
+  c.rk_.resize(heads * static_cast<size_t>(l.res) * hd);
+  c.rv_.resize(heads * static_cast<size_t>(l.res) * hd);
+  c.hk_.resize(heads * static_cast<size_t>(l.hot) * hd);
+  c.hv_.resize(heads * static_cast<size_t>(l.hot) * hd);
+  c.hot_slot_.resize(heads * static_cast<size_t>(l.hot));
+  c.hot_score_.resize(heads * static_cast<size_t>(l.hot));
+  c.hot_n_.assign(heads, 0);
+  c.cold_.assign(heads, 0);
   return c;
 }
 
-uint64_t KvCache::reserved_bytes() const { return k_.size() + v_.size(); }
+uint64_t KvCache::reserved_bytes() const { return kv_reserved_bytes(opts_); }
 
 uint64_t KvCache::used_bytes() const {
-  uint64_t n = 0;
-  for (int32_t l : len_) n += static_cast<uint64_t>(l);
-  return n * row_bytes_ * 2;
+  if (!quantized()) {
+    uint64_t n = 0;
+    for (int32_t l : len_) n += static_cast<uint64_t>(l);
+    return n * row_bytes_ * 2;
+  }
+  const uint64_t hd = static_cast<uint64_t>(opts_.head_dim);
+  uint64_t b = 0;
+  for (size_t i = 0; i < len_.size(); ++i) {
+    const uint64_t cold = static_cast<uint64_t>(cold_[i]), res = static_cast<uint64_t>(len_[i] - cold_[i]);
+    b += cold * (2 * static_cast<uint64_t>(cb_) + static_cast<uint64_t>(vg_) * 4) + (cold / kKvGroup) * hd * 4 +
+         (res + static_cast<uint64_t>(hot_n_[i])) * hd * 4;
+  }
+  return b;
 }
 
 namespace {
@@ -58,11 +155,15 @@ Status KvCache::append(int layer, int seq, int32_t pos, const float* k, const fl
     if (n >= opts_.capacity) {
       return error(ErrorCode::kOverBudget, "kv cache: sequence {} is full ({} tokens per head)", seq, opts_.capacity);
     }
+    pos_[static_cast<size_t>(idx) * opts_.capacity + n] = pos;
+    if (!stats_.empty()) stats_[static_cast<size_t>(idx) * opts_.capacity + n] = 0.f;
+    if (quantized()) {
+      q_append(idx, k + static_cast<size_t>(h) * opts_.head_dim, v + static_cast<size_t>(h) * opts_.head_dim);
+      continue;
+    }
     const size_t off = row_offset(layer, seq, h) + static_cast<size_t>(n) * row_bytes_;
     store_row(k + static_cast<size_t>(h) * opts_.head_dim, k_.data() + off, opts_.head_dim, opts_.dtype);
     store_row(v + static_cast<size_t>(h) * opts_.head_dim, v_.data() + off, opts_.head_dim, opts_.dtype);
-    pos_[static_cast<size_t>(idx) * opts_.capacity + n] = pos;
-    if (!stats_.empty()) stats_[static_cast<size_t>(idx) * opts_.capacity + n] = 0.f;
     ++n;
   }
   return ok_status();
@@ -87,6 +188,12 @@ void KvCache::truncate(int seq, int32_t pos) {
       int32_t n = len_[idx];
       // Tokens are in time order, so the ones to drop are a suffix.
       while (n > 0 && p[n - 1] >= pos) --n;
+      if (quantized() && n < cold_[static_cast<size_t>(idx)]) {
+        std::vector<int32_t> slots(static_cast<size_t>(n));
+        std::iota(slots.begin(), slots.end(), 0);
+        keep_tokens(l, seq, h, slots);
+        continue;
+      }
       len_[idx] = n;
     }
   }
@@ -94,6 +201,10 @@ void KvCache::truncate(int seq, int32_t pos) {
 
 void KvCache::keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots) {
   const int idx = index(layer, seq, head);
+  if (quantized()) {
+    q_keep(idx, slots);
+    return;
+  }
   int32_t* p = pos_.data() + static_cast<size_t>(idx) * opts_.capacity;
   uint8_t* kb = k_.data() + row_offset(layer, seq, head);
   uint8_t* vb = v_.data() + row_offset(layer, seq, head);
@@ -113,6 +224,212 @@ void KvCache::keep_tokens(int layer, int seq, int head, const std::vector<int32_
 
 void KvCache::enable_token_stats() {
   if (stats_.empty()) stats_.assign(pos_.size(), 0.f);
+}
+
+}  // namespace frugal
+
+// ---- quantized layout ----
+
+namespace frugal {
+namespace {
+void fp16_row(const float* src, int n, uint16_t* dst) {
+  for (int i = 0; i < n; ++i) dst[i] = f32_to_fp16(src[i]);
+}
+void f32_row(const uint16_t* src, int n, float* dst) {
+  for (int i = 0; i < n; ++i) dst[i] = fp16_to_f32(src[i]);
+}
+}  // namespace
+
+// Appends one token's K and V to head `idx` (its position is already written): FP16 into the
+// residual, then a key group is quantized when the residual holds one (hyquant waits for flush()).
+void KvCache::q_append(int idx, const float* k, const float* v) {
+  const size_t i = static_cast<size_t>(idx), hd = static_cast<size_t>(opts_.head_dim);
+  if (len_[i] - cold_[i] >= res_cap_) q_flush_group(idx, nullptr);  // hyquant run without flush()
+  const size_t r = static_cast<size_t>(len_[i] - cold_[i]);
+  fp16_row(k, opts_.head_dim, rk_.data() + (i * res_cap_ + r) * hd);
+  fp16_row(v, opts_.head_dim, rv_.data() + (i * res_cap_ + r) * hd);
+  ++len_[i];
+  if (opts_.quant != KvQuant::kHyQuant && len_[i] - cold_[i] >= kKvGroup) q_flush_group(idx, nullptr);
+}
+
+// Quantizes the oldest kKvGroup residual rows of head `idx` as the next key group; with `qmean`
+// ([head_dim]), the flushed tokens whose logit against it beats the weakest FP16 copy replace it.
+void KvCache::q_flush_group(int idx, const float* qmean) {
+  const size_t i = static_cast<size_t>(idx), hd = static_cast<size_t>(opts_.head_dim);
+  const size_t cap = static_cast<size_t>(opts_.capacity);
+  const int cold = cold_[i];
+  std::vector<float> kf(kKvGroup * hd), vf(kKvGroup * hd);
+  const uint16_t* rk = rk_.data() + i * res_cap_ * hd;
+  const uint16_t* rv = rv_.data() + i * res_cap_ * hd;
+  f32_row(rk, kKvGroup * opts_.head_dim, kf.data());
+  f32_row(rv, kKvGroup * opts_.head_dim, vf.data());
+  const size_t groups = (cap + kKvGroup - 1) / kKvGroup;
+  kv_quantize_key_group(kf.data(), static_cast<int64_t>(hd), kKvGroup, opts_.head_dim, bits_,
+                        kq_.data() + (i * cap + static_cast<size_t>(cold)) * cb_, cb_,
+                        kp_.data() + (i * groups + static_cast<size_t>(cold / kKvGroup)) * hd * 2);
+  for (int t = 0; t < kKvGroup; ++t) {
+    const size_t slot = i * cap + static_cast<size_t>(cold + t);
+    kv_quantize_value_row(vf.data() + t * hd, opts_.head_dim, bits_, vq_.data() + slot * cb_,
+                          vp_.data() + slot * static_cast<size_t>(vg_) * 2);
+  }
+  if (qmean != nullptr && hot_cap_ > 0) {
+    const int limit = std::min<int>(
+        hot_cap_, static_cast<int>(std::ceil(static_cast<double>(opts_.hot_ratio) * (cold + kKvGroup) - 1e-6)));
+    const size_t hb = i * static_cast<size_t>(hot_cap_);
+    int32_t& hn = hot_n_[i];
+    for (int t = 0; t < kKvGroup; ++t) {
+      float score = 0;
+      for (size_t c = 0; c < hd; ++c) score += qmean[c] * kf[t * hd + c];
+      int row = -1;
+      if (hn < limit) {
+        row = hn++;
+      } else if (hn > 0) {
+        const float* sc = hot_score_.data() + hb;
+        const int weakest = static_cast<int>(std::min_element(sc, sc + hn) - sc);
+        if (score > sc[weakest]) row = weakest;
+      }
+      if (row < 0) continue;
+      hot_slot_[hb + row] = cold + t;
+      hot_score_[hb + row] = score;
+      std::memcpy(hk_.data() + (hb + row) * hd, rk + t * hd, hd * 2);
+      std::memcpy(hv_.data() + (hb + row) * hd, rv + t * hd, hd * 2);
+    }
+  }
+  const size_t rest = static_cast<size_t>(len_[i] - cold - kKvGroup);
+  std::memmove(rk_.data() + i * res_cap_ * hd, rk + kKvGroup * hd, rest * hd * 2);
+  std::memmove(rv_.data() + i * res_cap_ * hd, rv + kKvGroup * hd, rest * hd * 2);
+  cold_[i] = cold + kKvGroup;
+}
+
+void KvCache::flush(int layer, int seq, const float* qmean) {
+  if (opts_.quant != KvQuant::kHyQuant || seq < 0 || seq >= opts_.n_seq) return;
+  for (int h = 0; h < opts_.n_head_kv; ++h) {
+    const int idx = index(layer, seq, h);
+    const float* qm = qmean != nullptr ? qmean + static_cast<size_t>(h) * opts_.head_dim : nullptr;
+    while (len_[static_cast<size_t>(idx)] - cold_[static_cast<size_t>(idx)] >= 2 * kKvGroup) q_flush_group(idx, qm);
+  }
+}
+
+int32_t KvCache::fp16_tokens(int layer, int seq, int head) const {
+  if (!quantized()) return 0;
+  const size_t i = static_cast<size_t>(index(layer, seq, head));
+  return len_[i] - cold_[i] + hot_n_[i];
+}
+
+void KvCache::read_rows(int layer, int seq, int head, float* k, float* v) const {
+  const size_t i = static_cast<size_t>(index(layer, seq, head)), hd = static_cast<size_t>(opts_.head_dim);
+  const int32_t n = len_[i];
+  if (!quantized()) {
+    const size_t cnt = static_cast<size_t>(n) * hd;
+    for (int which = 0; which < 2; ++which) {
+      float* out = which == 0 ? k : v;
+      if (out == nullptr) continue;
+      const void* src = which == 0 ? keys(layer, seq, head) : values(layer, seq, head);
+      if (opts_.dtype == DType::kF32) {
+        std::memcpy(out, src, cnt * sizeof(float));
+      } else {
+        f32_row(static_cast<const uint16_t*>(src), static_cast<int>(cnt), out);
+      }
+    }
+    return;
+  }
+  const size_t cap = static_cast<size_t>(opts_.capacity), groups = (cap + kKvGroup - 1) / kKvGroup;
+  const int cold = cold_[i];
+  const bool b8 = bits_ == 8;
+  float step[512], lo[512];  // head_dim <= 512 per group of params
+  if (k != nullptr) {
+    for (int g = 0; g * kKvGroup < cold; ++g) {
+      const uint16_t* p = kp_.data() + (i * groups + static_cast<size_t>(g)) * hd * 2;
+      for (size_t c = 0; c < hd; ++c) {
+        step[c] = fp16_to_f32(p[2 * c]);
+        lo[c] = fp16_to_f32(p[2 * c + 1]);
+      }
+      for (int t = g * kKvGroup; t < (g + 1) * kKvGroup; ++t) {
+        const uint8_t* q = kq_.data() + (i * cap + static_cast<size_t>(t)) * cb_;
+        float* o = k + static_cast<size_t>(t) * hd;
+        if (b8) {
+          for (size_t c = 0; c < hd; ++c) o[c] = lo[c] + static_cast<float>(q[c]) * step[c];
+        } else {
+          for (size_t c = 0; c < hd; c += 2) {
+            o[c] = lo[c] + static_cast<float>(q[c / 2] & 0x0f) * step[c];
+            o[c + 1] = lo[c + 1] + static_cast<float>(q[c / 2] >> 4) * step[c + 1];
+          }
+        }
+      }
+    }
+    f32_row(rk_.data() + i * res_cap_ * hd, (n - cold) * opts_.head_dim, k + static_cast<size_t>(cold) * hd);
+  }
+  if (v != nullptr) {
+    for (int t = 0; t < cold; ++t) {
+      const size_t slot = i * cap + static_cast<size_t>(t);
+      const uint8_t* q = vq_.data() + slot * cb_;
+      const uint16_t* p = vp_.data() + slot * static_cast<size_t>(vg_) * 2;
+      float* o = v + static_cast<size_t>(t) * hd;
+      for (int g = 0; g < vg_; ++g) {
+        const float st = fp16_to_f32(p[2 * g]), mn = fp16_to_f32(p[2 * g + 1]);
+        const size_t e = std::min(hd, static_cast<size_t>(g + 1) * kKvGroup);
+        if (b8) {
+          for (size_t c = static_cast<size_t>(g) * kKvGroup; c < e; ++c) o[c] = mn + static_cast<float>(q[c]) * st;
+        } else {
+          for (size_t c = static_cast<size_t>(g) * kKvGroup; c < e; c += 2) {
+            o[c] = mn + static_cast<float>(q[c / 2] & 0x0f) * st;
+            o[c + 1] = mn + static_cast<float>(q[c / 2] >> 4) * st;
+          }
+        }
+      }
+    }
+    f32_row(rv_.data() + i * res_cap_ * hd, (n - cold) * opts_.head_dim, v + static_cast<size_t>(cold) * hd);
+  }
+  const size_t hb = i * static_cast<size_t>(hot_cap_);
+  for (int r = 0; r < hot_n_[i]; ++r) {
+    const int32_t s = hot_slot_[hb + static_cast<size_t>(r)];
+    if (s >= cold) continue;  // only quantized slots need their FP16 copy
+    if (k != nullptr) f32_row(hk_.data() + (hb + r) * hd, opts_.head_dim, k + static_cast<size_t>(s) * hd);
+    if (v != nullptr) f32_row(hv_.data() + (hb + r) * hd, opts_.head_dim, v + static_cast<size_t>(s) * hd);
+  }
+}
+
+// Compaction of a quantized head: the kept rows (FP16 copies where there are) are re-laid out from
+// slot 0 and re-quantized in fresh key groups, so groups stay whole. Values are per token, so a
+// dequantized row lands back on (nearly) its own grid; keys regrouped with other tokens may move by
+// up to half of the new group's step per round (tests bound it).
+void KvCache::q_keep(int idx, const std::vector<int32_t>& slots) {
+  const size_t i = static_cast<size_t>(idx), hd = static_cast<size_t>(opts_.head_dim);
+  const size_t cap = static_cast<size_t>(opts_.capacity);
+  const int32_t n = len_[i];
+  const int layer = idx / (opts_.n_seq * opts_.n_head_kv);
+  const int seq = (idx / opts_.n_head_kv) % opts_.n_seq, head = idx % opts_.n_head_kv;
+  std::vector<float> kf(static_cast<size_t>(n) * hd), vf(static_cast<size_t>(n) * hd);
+  read_rows(layer, seq, head, kf.data(), vf.data());
+  std::vector<int32_t> to(static_cast<size_t>(n), -1);
+  for (size_t j = 0; j < slots.size(); ++j) to[static_cast<size_t>(slots[j])] = static_cast<int32_t>(j);
+  // FP16 copies of surviving hot tokens move with them.
+  const size_t hb = i * static_cast<size_t>(hot_cap_);
+  int32_t hn = 0;
+  for (int r = 0; r < hot_n_[i]; ++r) {
+    const int32_t s = hot_slot_[hb + static_cast<size_t>(r)];
+    if (s >= n || to[static_cast<size_t>(s)] < 0) continue;
+    if (hn != r) {
+      std::memcpy(hk_.data() + (hb + hn) * hd, hk_.data() + (hb + r) * hd, hd * 2);
+      std::memcpy(hv_.data() + (hb + hn) * hd, hv_.data() + (hb + r) * hd, hd * 2);
+      hot_score_[hb + hn] = hot_score_[hb + r];
+    }
+    hot_slot_[hb + hn] = to[static_cast<size_t>(s)];
+    ++hn;
+  }
+  hot_n_[i] = hn;
+  int32_t* p = pos_.data() + i * cap;
+  float* st = stats_.empty() ? nullptr : stats_.data() + i * cap;
+  for (size_t j = 0; j < slots.size(); ++j) {
+    p[j] = p[slots[j]];
+    if (st != nullptr) st[j] = st[slots[j]];
+  }
+  len_[i] = 0;
+  cold_[i] = 0;
+  for (int32_t s : slots) {
+    q_append(idx, kf.data() + static_cast<size_t>(s) * hd, vf.data() + static_cast<size_t>(s) * hd);
+    if (opts_.quant == KvQuant::kHyQuant && len_[i] - cold_[i] >= 2 * kKvGroup) q_flush_group(idx, nullptr);
+  }
 }
 
 }  // namespace frugal

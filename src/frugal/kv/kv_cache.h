@@ -1,7 +1,17 @@
 // KV cache: K and V kept per (layer, sequence, KV head) with a token table of positions, so a
-// policy can keep a different set of tokens in every head. Keys are stored after RoPE. This is
-// the keep-everything cache; eviction compacts a head's rows in place (keep_tokens) and positions
-// keep counting afterwards.
+// policy can keep a different set of tokens in every head. Keys are stored after RoPE. Eviction
+// compacts a head's rows in place (keep_tokens) and positions keep counting afterwards.
+//
+// Storage is reserved once, for `capacity` tokens per head, so the bytes a generation holds follow
+// the capacity the evictor asks for (budget + buffer), never the trace length.
+//
+// Quantized caches (KvCacheOptions::quant, KIVI layout from kv_quant.h): slots [0, cold) of a head
+// hold codes (keys in groups of kKvGroup slots, group g = slots [g * kKvGroup, (g + 1) * kKvGroup));
+// the newest slots [cold, size) stay FP16 in a residual area until a whole key group can be
+// quantized. `hyquant` keeps 2 * kKvGroup - 1 .. kKvGroup residual tokens (a recent window) and an
+// FP16 copy of the tokens with the largest mean attention logit ("vertical lines", a fixed share
+// of the head), chosen when their group is quantized (flush()). keys()/values() are only for
+// unquantized caches; read_rows() works for every layout.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +19,7 @@
 
 #include "frugal/core/dtype.h"
 #include "frugal/core/status.h"
+#include "frugal/kv/kv_quant.h"
 
 namespace frugal {
 
@@ -18,8 +29,19 @@ struct KvCacheOptions {
   int head_dim = 0;
   int n_seq = 1;        // sequences that can be live at once (slot ids 0..n_seq-1)
   int capacity = 0;     // tokens per (layer, sequence, head)
-  DType dtype = DType::kF16;  // kF16 (as llama.cpp) or kF32
+  DType dtype = DType::kF16;  // kF16 (as llama.cpp) or kF32; unused when quantized
+  KvQuant quant = KvQuant::kNone;
+  int residual = 0;           // FP16 rows per head for not yet quantized tokens; 0: 2 * kKvGroup
+                              // (hyquant: 2 * kKvGroup + 512, room for one prefill chunk)
+  float hot_ratio = 0.05f;    // hyquant: share of a head's quantized tokens kept in FP16
 };
+
+// Bytes create() reserves for these options (K and V with their scales, residual and hot rows).
+uint64_t kv_reserved_bytes(const KvCacheOptions& o);
+// Largest capacity (tokens per head) whose reservation fits in `bytes` for this shape and
+// quantization (`o.capacity` is ignored); kOverBudget names the bytes per token when not even
+// `min_tokens` fit. The one conversion from a memory budget to tokens (run, eval and serve).
+Result<int32_t> kv_tokens_for_memory(const KvCacheOptions& o, uint64_t bytes, int32_t min_tokens = 1);
 
 class KvCache {
  public:
@@ -37,10 +59,24 @@ class KvCache {
   const int32_t* positions(int layer, int seq, int head) const {
     return pos_.data() + static_cast<size_t>(index(layer, seq, head)) * opts_.capacity;
   }
-  // Rows [size][head_dim] in options().dtype.
-  const void* keys(int layer, int seq, int head) const { return k_.data() + row_offset(layer, seq, head); }
-  const void* values(int layer, int seq, int head) const { return v_.data() + row_offset(layer, seq, head); }
+  bool quantized() const { return opts_.quant != KvQuant::kNone; }
+  // Rows [size][head_dim] in options().dtype (unquantized caches only; nullptr otherwise).
+  const void* keys(int layer, int seq, int head) const {
+    return quantized() ? nullptr : k_.data() + row_offset(layer, seq, head);
+  }
+  const void* values(int layer, int seq, int head) const {
+    return quantized() ? nullptr : v_.data() + row_offset(layer, seq, head);
+  }
   size_t row_bytes() const { return row_bytes_; }
+  // Every row of one head as floats, [size][head_dim] each (either pointer may be null): FP16/F32
+  // rows converted, quantized rows dequantized (FP16 copies where kept). Thread-safe.
+  void read_rows(int layer, int seq, int head, float* k, float* v) const;
+  // Tokens of one head held in FP16 (residual and hot rows); 0 when not quantized.
+  int32_t fp16_tokens(int layer, int seq, int head) const;
+  // hyquant: quantizes the residual of every head of (layer, seq) down to the recent window,
+  // scoring the flushed tokens with `qmean` ([n_head_kv][head_dim], the mean recent query of each
+  // head's group; null: no scores, no new FP16 copies). A no-op for other layouts.
+  void flush(int layer, int seq, const float* qmean);
 
   // Writes one token's K and V ([n_head_kv][head_dim] floats each) into every head of `layer`.
   // Fails with kOverBudget when a head is full.
@@ -69,8 +105,23 @@ class KvCache {
   size_t row_offset(int layer, int seq, int head) const {
     return static_cast<size_t>(index(layer, seq, head)) * opts_.capacity * row_bytes_;
   }
+  void q_append(int idx, const float* k, const float* v);
+  void q_flush_group(int idx, const float* qmean);
+  void q_keep(int idx, const std::vector<int32_t>& slots);
+
   KvCacheOptions opts_;
   size_t row_bytes_ = 0;
+  // Quantized layout (empty otherwise); cb = code bytes of a row, vg = value groups of a row.
+  int bits_ = 0, cb_ = 0, vg_ = 0, res_cap_ = 0, hot_cap_ = 0;
+  std::vector<uint8_t> kq_, vq_;     // [head][capacity][cb]
+  std::vector<uint16_t> kp_;         // [head][capacity / kKvGroup rounded up][head_dim][2] (step, min)
+  std::vector<uint16_t> vp_;         // [head][capacity][vg][2]
+  std::vector<uint16_t> rk_, rv_;    // [head][res_cap][head_dim] FP16 rows of slots [cold, size)
+  std::vector<uint16_t> hk_, hv_;    // [head][hot_cap][head_dim] FP16 copies of hot slots
+  std::vector<int32_t> hot_slot_;    // [head][hot_cap]: slot of each hot row
+  std::vector<float> hot_score_;     // [head][hot_cap]
+  std::vector<int32_t> hot_n_;       // [head]
+  std::vector<int32_t> cold_;        // [head]: slots [0, cold) are quantized (a multiple of kKvGroup)
   std::vector<uint8_t> k_;       // [layer][seq][head][capacity][head_dim]
   std::vector<uint8_t> v_;       // same
   std::vector<int32_t> pos_;     // [layer][seq][head][capacity]

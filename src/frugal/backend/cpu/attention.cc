@@ -2,6 +2,7 @@
 // (tile, KV head) pair is one work item, so the query heads that share a KV head (GQA) and the
 // neighbouring tokens of a prefill read each converted K/V block once.
 #include <algorithm>
+#include <vector>
 
 #include "frugal/backend/cpu/cpu_backend.h"
 #include "frugal/backend/cpu/simd_ops.h"
@@ -48,10 +49,22 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
     t.window = p.window;
     t.f16 = ko.dtype == DType::kF16;
     if (s >= 0 && s < ko.n_seq && j.layer >= 0 && j.layer < ko.n_layer) {
-      t.k = j.kv->keys(j.layer, s, it.group);
-      t.v = j.kv->values(j.layer, s, it.group);
       t.kpos = j.kv->positions(j.layer, s, it.group);
       t.n_keys = j.kv->size(j.layer, s, it.group);
+      if (j.kv->quantized()) {
+        // Dequantized inside the work item, into this thread's scratch: the cache itself never
+        // exists in full precision, and a KV head is decoded once for all its query heads.
+        thread_local std::vector<float> kv_rows;
+        const size_t cnt = static_cast<size_t>(t.n_keys) * p.head_dim;
+        if (kv_rows.size() < 2 * cnt) kv_rows.resize(2 * cnt);
+        j.kv->read_rows(j.layer, s, it.group, kv_rows.data(), kv_rows.data() + cnt);
+        t.k = kv_rows.data();
+        t.v = kv_rows.data() + cnt;
+        t.f16 = false;
+      } else {
+        t.k = j.kv->keys(j.layer, s, it.group);
+        t.v = j.kv->values(j.layer, s, it.group);
+      }
     }
     // With no keys (or an invalid sequence) the tile writes zeros.
     attention_tile(t, static_cast<float*>(j.scratch[thread].data()));
