@@ -11,6 +11,7 @@
 
 #include "command.h"
 #include "common.h"
+#include "device.h"
 
 namespace frugal::cli {
 namespace {
@@ -22,6 +23,8 @@ struct BenchArgs {
   int threads = 0;
   int reps = 5;
   int n_batch = 512;
+  int n_parallel = 1;
+  std::string device = "cpu";
   bool json = false;
 };
 
@@ -44,11 +47,13 @@ struct TestResult {
   }
 };
 
-// Runs one repetition and returns tokens/s; the cache starts empty.
-Result<double> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int n_batch, std::mt19937& rng) {
+// Runs one repetition and returns tokens/s; the cache starts empty. With n_par > 1 every decode
+// step carries one token of each of n_par sequences (tokens/s counts all of them).
+Result<double> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int n_batch, int n_par,
+                        std::mt19937& rng) {
   const int64_t n_vocab = model.config().n_vocab;
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(model.kv_options(1, n_prompt + n_gen + 1)));
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(model.kv_options(n_par, n_prompt + n_gen + 1)));
+  std::vector<float> logits(static_cast<size_t>(n_vocab * std::max(n_batch, n_par)));
   std::uniform_int_distribution<int> tok(0, static_cast<int>(n_vocab) - 1);
   Batch b;
   const auto t0 = std::chrono::steady_clock::now();
@@ -60,11 +65,11 @@ Result<double> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int 
   }
   for (int i = 0; i < n_gen; ++i) {
     b.clear();
-    b.add(tok(rng), n_prompt + i, 0, true);
+    for (int s = 0; s < n_par; ++s) b.add(tok(rng), n_prompt + i, s, true);
     FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, logits.data()));
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return (n_prompt + n_gen) / s;
+  return (n_prompt + static_cast<double>(n_gen) * n_par) / s;
 }
 
 int bench(const BenchArgs& a) {
@@ -76,9 +81,12 @@ int bench(const BenchArgs& a) {
   mo.progress = !a.json;
   auto model = Model::load(*path, mo);
   if (!model.ok()) return fail(cmd, model.status().message());
+  if (a.n_parallel < 1) return fail(cmd, "--parallel must be at least 1");
   CpuBackendOptions bo;
   bo.n_threads = resolve_threads(a.threads);
-  auto be = make_cpu_backend(bo);
+  auto made = make_backend(a.device, bo.n_threads);
+  if (!made.ok()) return fail(cmd, made.status().message());
+  auto be = std::move(*made);
   std::mt19937 rng(1234);
 
   std::vector<TestResult> tests;
@@ -86,21 +94,27 @@ int bench(const BenchArgs& a) {
     if (p > 0) tests.push_back({"pp" + std::to_string(p), p, 0, {}});
   }
   for (int g : a.n_gen) {
-    if (g > 0) tests.push_back({"tg" + std::to_string(g), 0, g, {}});
+    if (g > 0) {
+      tests.push_back({"tg" + std::to_string(g) + (a.n_parallel > 1 ? "x" + std::to_string(a.n_parallel) : ""), 0, g,
+                       {}});
+    }
   }
   for (auto& t : tests) {
     // Warm-up: touches the weights and grows every buffer once.
-    auto w = run_once(**model, *be, t.n_prompt > 0 ? std::min(t.n_prompt, a.n_batch) : 0, t.n_gen > 0 ? 1 : 0,
-                      a.n_batch, rng);
+    const int par = t.n_gen > 0 ? a.n_parallel : 1;
+    // Two decode steps: the CUDA backend captures a step's graph the second time it runs.
+    auto w = run_once(**model, *be, t.n_prompt > 0 ? std::min(t.n_prompt, a.n_batch) : 0, t.n_gen > 0 ? 2 : 0,
+                      a.n_batch, par, rng);
     if (!w.ok()) return fail(cmd, w.status().message());
     for (int r = 0; r < a.reps; ++r) {
-      auto ts = run_once(**model, *be, t.n_prompt, t.n_gen, a.n_batch, rng);
+      auto ts = run_once(**model, *be, t.n_prompt, t.n_gen, a.n_batch, par, rng);
       if (!ts.ok()) return fail(cmd, ts.status().message());
       t.samples.push_back(*ts);
     }
     if (!a.json) {
-      std::printf("%-40s %-24s %3d threads %8s %10.2f ± %.2f tok/s\n", path->c_str(),
-                  (*model)->describe_types().substr(0, 24).c_str(), bo.n_threads, t.name.c_str(), t.mean(), t.sd());
+      std::printf("%-40s %-24s %3d threads %4s %10s %10.2f ± %.2f tok/s\n", path->c_str(),
+                  (*model)->describe_types().substr(0, 24).c_str(), bo.n_threads, be->name().c_str(), t.name.c_str(),
+                  t.mean(), t.sd());
       std::fflush(stdout);
     }
   }
@@ -115,9 +129,14 @@ int bench(const BenchArgs& a) {
     j["tests"] = nlohmann::json::array();
     for (const auto& t : tests) {
       j["tests"].push_back({{"name", t.name}, {"n_prompt", t.n_prompt}, {"n_gen", t.n_gen},
+                            {"n_parallel", t.n_gen > 0 ? a.n_parallel : 1},
                             {"avg_ts", t.mean()}, {"stddev_ts", t.sd()}, {"samples_ts", t.samples}});
     }
     j["peak_rss_bytes"] = peak_rss_bytes();
+    const GpuStatus gpu = gpu_status();
+    if (be->name() == "cuda" && gpu.present) {
+      j["gpu"] = {{"name", gpu.name}, {"memory_used_bytes", gpu.used_bytes}, {"memory_total_bytes", gpu.total_bytes}};
+    }
     std::cout << j.dump(2) << "\n";
   }
   return 0;
@@ -131,6 +150,9 @@ RunFn setup(CLI::App& app) {
   app.add_option("-t,--threads", a->threads, "CPU threads (0: all cores)")->capture_default_str();
   app.add_option("-r,--repetitions", a->reps, "repetitions per test")->capture_default_str();
   app.add_option("-b,--batch-size", a->n_batch, "prompt tokens per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--parallel", a->n_parallel, "sequences decoded together in tg tests (one token each per step)")
+      ->capture_default_str();
+  app.add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   app.add_flag("--json", a->json, "print results as JSON");
   return [a]() { return bench(*a); };
 }

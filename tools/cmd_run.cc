@@ -8,6 +8,7 @@
 
 #include "command.h"
 #include "common.h"
+#include "device.h"
 #include "frugal/engine/generate.h"
 #include "frugal/engine/timings_json.h"
 #include "frugal/eval/score.h"
@@ -25,6 +26,7 @@ struct RunArgs {
   int n_ctx = 0;
   int n_batch = 512;
   int threads = 0;
+  std::string device = "cpu";
   bool chat = false;
   bool json = false;
   bool ignore_eos = false;
@@ -126,7 +128,9 @@ int run(const RunArgs& a) {
 
   CpuBackendOptions bo;
   bo.n_threads = resolve_threads(a.threads);
-  auto backend = make_cpu_backend(bo);
+  auto made = make_backend(a.device, bo.n_threads);
+  if (!made.ok()) return fail(cmd, made.status().message());
+  auto backend = std::move(*made);
   if (a.verbose) {
     std::fprintf(stderr, "model %s: %s, %lld layers, %lld params bytes, types %s; prompt %zu tokens; %d threads\n",
                  path->c_str(), lm->model->config().arch.c_str(), static_cast<long long>(lm->model->config().n_layer),
@@ -193,6 +197,7 @@ RunFn setup(CLI::App& app) {
   app.add_option("-c,--ctx-size", a->n_ctx, "context size in tokens (0: min(training context, 4096))")->capture_default_str();
   app.add_option("-b,--batch-size", a->n_batch, "prompt tokens per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("-t,--threads", a->threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("--device", a->device, "cpu or cuda (cuda: keep-everything FP16 KV cache only)")->capture_default_str();
   app.add_option("--temp", a->sampling.temperature, "temperature (0: greedy)")->capture_default_str()
       ->each([a](const std::string&) { a->temp_given = true; });
   app.add_option("--top-k", a->sampling.top_k, "top-k (0: off)")->capture_default_str();

@@ -13,6 +13,8 @@
 namespace frugal {
 
 class KvCache;
+class Model;
+struct Batch;
 
 // A 2-D weight matrix as stored in GGUF: `rows` rows of `cols` contiguous elements in `type`
 // (GGUF dims = [cols, rows]). For the CPU backend `data` points into the mmap'd file.
@@ -66,6 +68,13 @@ class Backend {
   // with position <= pos[t] (and > pos[t] - window when window > 0). out [n][n_head][head_dim].
   virtual void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq,
                          const int32_t* pos, int64_t n, const AttentionParams& p, float* out) = 0;
+
+  // A backend that keeps weights, activations and its own KV cache in device memory (cuda) runs
+  // the whole forward pass itself and returns true after writing the logits; Model::forward then
+  // skips its op-by-op path. The default declines.
+  virtual Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits) {
+    return false;
+  }
 };
 
 struct CpuBackendOptions {

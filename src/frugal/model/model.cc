@@ -196,6 +196,8 @@ void Model::layer_forward(int il, int64_t n, KvCache& kv, Backend& be, const Bat
 
 Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logits) {
   FRUGAL_RETURN_IF_ERROR(check_batch(batch, kv));
+  FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits));
+  if (done) return ok_status();
   const int64_t n = batch.size();
   ensure_workspace(n);
   Workspace& w = *ws_;

@@ -1,0 +1,108 @@
+// Internal to the CUDA backend: error checks, the device weight view and the kernel launchers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "frugal/core/dtype.h"
+#include "frugal/core/status.h"
+
+namespace frugal::cuda {
+
+// Messages are concatenated, not formatted: nvcc's front end cannot evaluate fmt's consteval
+// format-string checks, so .cu files never call frugal::error().
+inline std::string str(const std::string& s) { return s; }
+inline std::string str(const char* s) { return s; }
+inline std::string str(int64_t v) { return std::to_string(v); }
+inline std::string str(int v) { return std::to_string(v); }
+template <typename... A>
+Status fail(ErrorCode code, const A&... parts) {
+  std::string m;
+  ((m += str(parts)), ...);
+  return Status(code, m);
+}
+inline Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return ok_status();
+  return fail(ErrorCode::kIo, "cuda: ", what, ": ", cudaGetErrorString(e));
+}
+inline Status cublas_status(cublasStatus_t e, const char* what) {
+  if (e == CUBLAS_STATUS_SUCCESS) return ok_status();
+  return fail(ErrorCode::kIo, "cublas: ", what, ": status ", static_cast<int>(e));
+}
+#define FRUGAL_CUDA(expr) FRUGAL_RETURN_IF_ERROR(::frugal::cuda::cuda_status((expr), #expr))
+#define FRUGAL_CUBLAS(expr) FRUGAL_RETURN_IF_ERROR(::frugal::cuda::cublas_status((expr), #expr))
+
+// A weight matrix in device memory. `type` is the device layout: Q8_0 and Q4_0 are split at upload
+// into codes (`data`, [rows][cols] int8 or [rows][cols/2] nibble bytes, blocks in file order) and
+// F16 scales (`scales`, [rows][cols/32]); the other types keep their GGUF blocks.
+struct DevWeight {
+  DType type = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;  // bytes between rows of `data`
+  const uint8_t* data = nullptr;
+  const __half* scales = nullptr;
+};
+
+bool device_type_supported(DType t);
+
+// Uploads one GGUF weight (host bytes, `rows` rows of `row_stride` bytes) into `dst`, allocating
+// with cudaMalloc; repacks Q8_0/Q4_0. Returns the bytes allocated through `bytes`.
+Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, const void* host,
+                     DevWeight* dst, void** alloc, uint64_t* bytes, cudaStream_t stream);
+
+// y[t][r] (+)= dot(W[r], x[t]) (+ bias[r]) for t < n <= 8, dequantizing W in registers.
+void launch_gemv(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool accumulate,
+                 cudaStream_t s);
+// W as F16 into out [rows][cols] (quantized and F32/BF16 types).
+void launch_dequant_f16(const DevWeight& w, __half* out, cudaStream_t s);
+// y[i] = W[ids[i]] as floats.
+void launch_get_rows(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStream_t s);
+
+// Elementwise and normalization kernels (ops.cu).
+void launch_rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
+                     const int32_t* row_ids, cudaStream_t s);
+void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s);
+void launch_to_bf16(const float* x, int64_t n, void* y, cudaStream_t s);
+void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s);
+void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);
+
+struct RopeDev {
+  int n_rot = 0;
+  float theta_scale = 1.f;  // base^(-2/n_rot), computed on the host as the CPU backend does
+  float freq_scale = 1.f;
+  bool neox = false;
+  const float* freq_factors = nullptr;  // device [n_rot/2] or null
+};
+void launch_rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeDev& p,
+                 cudaStream_t s);
+
+// KV cache layout on the device: [layer][seq][kv head][capacity][head_dim] F16, and the position
+// of every slot per sequence, [seq][capacity] (all layers and heads hold the same tokens).
+struct KvDev {
+  __half* k = nullptr;
+  __half* v = nullptr;
+  int32_t* pos = nullptr;      // [n_seq][capacity]
+  int32_t* seq_len = nullptr;  // [n_seq] tokens held after this step's appends
+  int n_layer = 0, n_seq = 0, n_head_kv = 0, head_dim = 0, capacity = 0;
+};
+// Writes k, v [n][n_head_kv][head_dim] of token t into slot slot[t] of sequence seq[t].
+void launch_kv_store(const KvDev& kv, int layer, const float* k, const float* v, int n, const int32_t* seq,
+                     const int32_t* pos, const int32_t* slot, cudaStream_t s);
+
+struct AttnDev {
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  float scale = 1.f;
+  int window = 0;
+};
+// out [n][n_head][head_dim]: each query token over its sequence's cached keys with pos <= its pos.
+void launch_attention(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,
+                      const AttnDev& p, float* out, cudaStream_t s);
+
+}  // namespace frugal::cuda

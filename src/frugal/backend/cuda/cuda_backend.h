@@ -1,0 +1,64 @@
+// The CUDA backend: the whole forward pass on one NVIDIA GPU. Weights are uploaded once (quantized
+// blocks stay quantized; Q8_0/Q4_0 are split into code and scale arrays so every load is 16-byte
+// aligned), and activations and the KV cache live on the device for the whole step, so a decode
+// step moves only token ids in and logits out. Batches of up to 8 tokens run through GEMV kernels
+// that dequantize in registers; larger batches through cuBLAS (weights dequantized to F16 once per
+// call). Steps of up to kGraphMaxTokens tokens are captured as CUDA graphs and replayed.
+//
+// The backend keeps its own KV cache with the host cache's shape (capacity, sequences): a
+// sequence's device rows are truncated to the positions before the batch's first token of that
+// sequence, so fresh caches, rollbacks and new requests all work through Model::forward. The host
+// KvCache stays empty: eviction policies and quantized caches are CPU-only (kNotSupported).
+//
+// This header has no CUDA types, so the CLI and tests include it from plain C++.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "frugal/backend/backend.h"
+#include "frugal/core/status.h"
+
+namespace frugal {
+
+struct CudaBackendOptions {
+  int device = 0;
+  bool graphs = true;  // capture decode steps as CUDA graphs (env FRUGAL_CUDA_GRAPHS=0 turns off)
+  int cpu_threads = 0;  // threads of the CPU backend that serves op-level calls (0: all cores)
+};
+
+// kNotFound (with the reason) when no usable device or driver is present.
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opts = {});
+
+namespace cuda {
+
+struct DeviceInfo {
+  std::string name;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int sm_count = 0;
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+  int driver_version = 0;
+  int runtime_version = 0;
+};
+// The device `device`, or kNotFound naming why none can be used (no driver, no device).
+Result<DeviceInfo> device_info(int device = 0);
+
+// Test and bench hooks: one weight product on the device from host data (upload, run, download).
+// n <= 8 runs the GEMV kernel of the weight's type, larger n the cuBLAS path. y [n][w.rows].
+Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y);
+// Rows ids[i] of w dequantized on the device: y [n][w.cols].
+Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, float* y);
+
+// Device-to-device copy bandwidth (bytes read + written per second) over `bytes`-sized buffers,
+// and cuBLAS BF16 GEMM throughput (FLOP/s) at m = n = k = `dim`; median of `reps` timed runs.
+struct Roofline {
+  double copy_bytes_per_s = 0;
+  double bf16_flops = 0;
+};
+Result<Roofline> measure_roofline(uint64_t bytes, int dim, int reps);
+
+}  // namespace cuda
+}  // namespace frugal

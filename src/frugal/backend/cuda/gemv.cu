@@ -1,0 +1,417 @@
+// Weight kernels: per-type decoders that turn one aligned "unit" of a row (16 bytes of codes plus
+// the scales they need) into floats in registers, and three kernels written once over them: the
+// decode GEMV, dequantization to F16 for cuBLAS, and embedding rows. Layouts follow
+// ../shared/reference/quantization.md; the CPU reference dequantizers are the tests' oracle.
+#include <cuda_bf16.h>
+
+#include <vector>
+
+#include "frugal/backend/cuda/common.cuh"
+#include "frugal/core/half.h"
+#include "frugal/quant/blocks.h"
+
+namespace frugal::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kGemvWarps = 4;  // rows per block: one warp per row
+
+// Small non-negative integers to float without the slow I2F path: the mantissa trick.
+__device__ __forceinline__ float small_u2f(uint32_t q) { return __uint_as_float(0x4B000000u | q) - 8388608.f; }
+
+__device__ __forceinline__ uint32_t ld_u16_pair(const uint8_t* p) {
+  // 4 bytes from a 2-byte aligned address (Q6_K blocks are 210 bytes).
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
+}
+
+template <DType T>
+struct Dec;
+
+template <>
+struct Dec<DType::kF32> {
+  static constexpr int kRuns = 1, kLen = 4;
+  __device__ static int64_t units(int64_t cols) { return cols / 4; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(w.data + row * w.row_stride) + u);
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+    off[0] = static_cast<int>(u * 4);
+  }
+};
+
+template <>
+struct Dec<DType::kF16> {
+  static constexpr int kRuns = 1, kLen = 8;
+  __device__ static int64_t units(int64_t cols) { return cols / 8; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+    off[0] = static_cast<int>(u * 8);
+  }
+};
+
+template <>
+struct Dec<DType::kBF16> {
+  static constexpr int kRuns = 1, kLen = 8;
+  __device__ static int64_t units(int64_t cols) { return cols / 8; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(r[i] << 16);
+      v[2 * i + 1] = __uint_as_float(r[i] & 0xFFFF0000u);
+    }
+    off[0] = static_cast<int>(u * 8);
+  }
+};
+
+// Q8_0 split at upload: 16 codes per unit, two units per block of 32.
+template <>
+struct Dec<DType::kQ8_0> {
+  static constexpr int kRuns = 1, kLen = 16;
+  __device__ static int64_t units(int64_t cols) { return cols / 16; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    const float d = __half2float(w.scales[row * (w.cols / 32) + u / 2]);
+    const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        // Signed byte: bias by 128 to use the unsigned trick, then take the bias out.
+        const uint32_t q = ((r[i] >> (8 * b)) & 0xFFu) ^ 0x80u;
+        v[4 * i + b] = d * (small_u2f(q) - 128.f);
+      }
+    }
+    off[0] = static_cast<int>(u * 16);
+  }
+};
+
+// Q4_0 split at upload: one block of 32 (16 code bytes) per unit.
+template <>
+struct Dec<DType::kQ4_0> {
+  static constexpr int kRuns = 2, kLen = 16;
+  __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    const float d = __half2float(w.scales[row * (w.cols / 32) + u]);
+    const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const uint32_t byte = (r[i] >> (8 * b)) & 0xFFu;
+        v[4 * i + b] = d * (small_u2f(byte & 0xFu) - 8.f);
+        v[16 + 4 * i + b] = d * (small_u2f(byte >> 4) - 8.f);
+      }
+    }
+    off[0] = static_cast<int>(u * 32);
+    off[1] = static_cast<int>(u * 32 + 16);
+  }
+};
+
+// Q4_K: unit = 16 bytes of codes = (super-block b, 64-element chunk c, half h); low nibbles are
+// sub-block 2c, high nibbles sub-block 2c+1.
+template <>
+struct Dec<DType::kQ4_K> {
+  static constexpr int kRuns = 2, kLen = 16;
+  __device__ static int64_t units(int64_t cols) { return cols / 256 * 8; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const int64_t b = u >> 3;
+    const int c = static_cast<int>((u >> 1) & 3);
+    const int h = static_cast<int>(u & 1);
+    const uint8_t* blk = w.data + row * w.row_stride + b * 144;
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * c + 16 * h));
+    const uint32_t dd = __ldg(reinterpret_cast<const uint32_t*>(blk));
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFF)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+    const uint8_t* sc = blk + 4;
+    const int j0 = 2 * c, j1 = 2 * c + 1;
+    uint32_t s0, m0, s1, m1;
+    if (j0 < 4) {
+      s0 = sc[j0] & 63; m0 = sc[j0 + 4] & 63;
+      s1 = sc[j1] & 63; m1 = sc[j1 + 4] & 63;
+    } else {
+      s0 = (sc[j0 + 4] & 0xF) | ((sc[j0 - 4] >> 6) << 4); m0 = (sc[j0 + 4] >> 4) | ((sc[j0] >> 6) << 4);
+      s1 = (sc[j1 + 4] & 0xF) | ((sc[j1 - 4] >> 6) << 4); m1 = (sc[j1 + 4] >> 4) | ((sc[j1] >> 6) << 4);
+    }
+    const float d0 = d * small_u2f(s0), n0 = dmin * small_u2f(m0);
+    const float d1 = d * small_u2f(s1), n1 = dmin * small_u2f(m1);
+    const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t byte = (r[i] >> (8 * k)) & 0xFFu;
+        v[4 * i + k] = d0 * small_u2f(byte & 0xFu) - n0;
+        v[16 + 4 * i + k] = d1 * small_u2f(byte >> 4) - n1;
+      }
+    }
+    off[0] = static_cast<int>(b * 256 + 64 * c + 16 * h);
+    off[1] = off[0] + 32;
+  }
+};
+
+// Q6_K: unit = (super-block b, half hf, l in [4g, 4g + 4)): 4 bytes of ql low half, 4 of ql high
+// half and 4 of qh give elements 128 hf + 32 k + l for k < 4.
+template <>
+struct Dec<DType::kQ6_K> {
+  static constexpr int kRuns = 4, kLen = 4;
+  __device__ static int64_t units(int64_t cols) { return cols / 256 * 16; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const int64_t b = u >> 4;
+    const int hf = static_cast<int>((u >> 3) & 1);
+    const int g = static_cast<int>(u & 7);
+    const uint8_t* blk = w.data + row * w.row_stride + b * 210;
+    const uint32_t qa = ld_u16_pair(blk + 64 * hf + 4 * g);
+    const uint32_t qb = ld_u16_pair(blk + 64 * hf + 32 + 4 * g);
+    const uint32_t qh = ld_u16_pair(blk + 128 + 32 * hf + 4 * g);
+    const float d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(blk + 208)));
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 8 * hf + g / 4;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float dk = d * static_cast<float>(sc[2 * k]);
+      const uint32_t lw = (k & 1) ? qb : qa;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t lbyte = (lw >> (8 * i)) & 0xFFu;
+        const uint32_t lo = k >= 2 ? (lbyte >> 4) : (lbyte & 0xFu);
+        const uint32_t hi = (qh >> (8 * i + 2 * k)) & 3u;
+        v[4 * k + i] = dk * (small_u2f(lo | (hi << 4)) - 32.f);
+      }
+      off[k] = static_cast<int>(b * 256 + 128 * hf + 32 * k + 4 * g);
+    }
+  }
+};
+
+template <DType T, int NT>
+__global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(DevWeight w, const float* __restrict__ x,
+                                                                   int nt, float* __restrict__ y,
+                                                                   const float* __restrict__ bias, int accumulate) {
+  using D = Dec<T>;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarp;
+  if (row >= w.rows) return;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+  const int64_t units = D::units(w.cols);
+#pragma unroll 2
+  for (int64_t u = lane; u < units; u += kWarp) {
+    float v[D::kRuns * D::kLen];
+    int off[D::kRuns];
+    D::decode(w, row, u, v, off);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (NT > 1 && t >= nt) break;
+      const float* xt = x + static_cast<int64_t>(t) * w.cols;
+#pragma unroll
+      for (int r = 0; r < D::kRuns; ++r) {
+#pragma unroll
+        for (int i = 0; i < D::kLen; i += 4) {
+          const float4 xv = __ldg(reinterpret_cast<const float4*>(xt + off[r] + i));
+          acc[t] += v[r * D::kLen + i] * xv.x + v[r * D::kLen + i + 1] * xv.y + v[r * D::kLen + i + 2] * xv.z +
+                    v[r * D::kLen + i + 3] * xv.w;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float a = acc[t];
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) a += __shfl_xor_sync(0xFFFFFFFFu, a, o);
+    acc[t] = a;
+  }
+  if (lane == 0) {
+    for (int t = 0; t < nt && t < NT; ++t) {
+      float r = acc[t] + (bias != nullptr ? bias[row] : 0.f);
+      float* dst = y + static_cast<int64_t>(t) * w.rows + row;
+      *dst = accumulate ? *dst + r : r;
+    }
+  }
+}
+
+template <DType T>
+__global__ void dequant_f16_kernel(DevWeight w, __half* __restrict__ out) {
+  using D = Dec<T>;
+  const int64_t units = D::units(w.cols);
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= units * w.rows) return;
+  const int64_t row = i / units;
+  float v[D::kRuns * D::kLen];
+  int off[D::kRuns];
+  D::decode(w, row, i % units, v, off);
+  __half* o = out + row * w.cols;
+#pragma unroll
+  for (int r = 0; r < D::kRuns; ++r) {
+#pragma unroll
+    for (int k = 0; k < D::kLen; k += 2) {
+      *reinterpret_cast<__half2*>(o + off[r] + k) = __floats2half2_rn(v[r * D::kLen + k], v[r * D::kLen + k + 1]);
+    }
+  }
+}
+
+template <DType T>
+__global__ void get_rows_kernel(DevWeight w, const int32_t* __restrict__ ids, int n, float* __restrict__ y) {
+  using D = Dec<T>;
+  const int64_t units = D::units(w.cols);
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= units * n) return;
+  const int64_t t = i / units;
+  float v[D::kRuns * D::kLen];
+  int off[D::kRuns];
+  D::decode(w, ids[t], i % units, v, off);
+  float* o = y + t * w.cols;
+#pragma unroll
+  for (int r = 0; r < D::kRuns; ++r) {
+#pragma unroll
+    for (int k = 0; k < D::kLen; ++k) o[off[r] + k] = v[r * D::kLen + k];
+  }
+}
+
+// Splits 32-element blocks (2-byte scale + `code_bytes` codes) into codes and scales.
+__global__ void split_blocks_kernel(const uint8_t* __restrict__ src, int64_t n_blocks, int code_bytes,
+                                    uint8_t* __restrict__ codes, __half* __restrict__ scales) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_blocks) return;
+  const uint8_t* b = src + i * (2 + code_bytes);
+  scales[i] = __ushort_as_half(static_cast<unsigned short>(b[0] | (b[1] << 8)));
+  for (int k = 0; k < code_bytes; ++k) codes[i * code_bytes + k] = b[2 + k];
+}
+
+template <DType T>
+void gemv_t(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool acc, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((w.rows + kGemvWarps - 1) / kGemvWarps));
+  const dim3 block(kGemvWarps * kWarp);
+  if (n == 1) {
+    gemv_kernel<T, 1><<<grid, block, 0, s>>>(w, x, 1, y, bias, acc ? 1 : 0);
+  } else {
+    gemv_kernel<T, 8><<<grid, block, 0, s>>>(w, x, n, y, bias, acc ? 1 : 0);
+  }
+}
+
+template <DType T>
+void dequant_t(const DevWeight& w, __half* out, cudaStream_t s) {
+  const int64_t total = Dec<T>::units(w.cols) * w.rows;
+  dequant_f16_kernel<T><<<static_cast<unsigned>((total + 255) / 256), 256, 0, s>>>(w, out);
+}
+
+template <DType T>
+void get_rows_t(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStream_t s) {
+  const int64_t total = Dec<T>::units(w.cols) * n;
+  get_rows_kernel<T><<<static_cast<unsigned>((total + 255) / 256), 256, 0, s>>>(w, ids, n, y);
+}
+
+// One switch over the device types, shared by the three launchers.
+template <template <DType> class F, typename... A>
+void dispatch(DType t, A&&... a) {
+  switch (t) {
+    case DType::kF32: F<DType::kF32>::run(a...); break;
+    case DType::kF16: F<DType::kF16>::run(a...); break;
+    case DType::kBF16: F<DType::kBF16>::run(a...); break;
+    case DType::kQ8_0: F<DType::kQ8_0>::run(a...); break;
+    case DType::kQ4_0: F<DType::kQ4_0>::run(a...); break;
+    case DType::kQ4_K: F<DType::kQ4_K>::run(a...); break;
+    case DType::kQ6_K: F<DType::kQ6_K>::run(a...); break;
+    default: break;  // upload_weight converts every other type to F16
+  }
+}
+template <DType T>
+struct GemvF {
+  static void run(const DevWeight& w, const float* x, int n, float* y, const float* b, bool acc, cudaStream_t s) {
+    gemv_t<T>(w, x, n, y, b, acc, s);
+  }
+};
+template <DType T>
+struct DequantF {
+  static void run(const DevWeight& w, __half* out, cudaStream_t s) { dequant_t<T>(w, out, s); }
+};
+template <DType T>
+struct RowsF {
+  static void run(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStream_t s) {
+    get_rows_t<T>(w, ids, n, y, s);
+  }
+};
+
+}  // namespace
+
+bool device_type_supported(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ8_0: case DType::kQ4_0:
+    case DType::kQ4_K: case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void launch_gemv(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool accumulate,
+                 cudaStream_t s) {
+  dispatch<GemvF>(w.type, w, x, n, y, bias, accumulate, s);
+}
+void launch_dequant_f16(const DevWeight& w, __half* out, cudaStream_t s) { dispatch<DequantF>(w.type, w, out, s); }
+void launch_get_rows(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStream_t s) {
+  dispatch<RowsF>(w.type, w, ids, n, y, s);
+}
+
+Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, const void* host,
+                     DevWeight* dst, void** alloc, uint64_t* bytes, cudaStream_t stream) {
+  DevWeight w;
+  w.type = type;
+  w.rows = rows;
+  w.cols = cols;
+  const size_t total = row_stride * static_cast<size_t>(rows);
+  if (type == DType::kQ8_0 || type == DType::kQ4_0) {
+    // Codes and scales apart: every code load becomes one aligned 16-byte load.
+    const int code_bytes = type == DType::kQ8_0 ? 32 : 16;
+    const int64_t n_blocks = rows * (cols / 32);
+    const size_t codes = static_cast<size_t>(n_blocks) * code_bytes;
+    const size_t scales = static_cast<size_t>(n_blocks) * 2;
+    uint8_t* raw = nullptr;
+    uint8_t* mem = nullptr;
+    FRUGAL_CUDA(cudaMalloc(&raw, total));
+    Status st = cuda_status(cudaMalloc(&mem, codes + scales), "cudaMalloc");
+    if (st.ok()) st = cuda_status(cudaMemcpyAsync(raw, host, total, cudaMemcpyHostToDevice, stream), "upload");
+    if (st.ok()) {
+      split_blocks_kernel<<<static_cast<unsigned>((n_blocks + 255) / 256), 256, 0, stream>>>(
+          raw, n_blocks, code_bytes, mem, reinterpret_cast<__half*>(mem + codes));
+      st = cuda_status(cudaStreamSynchronize(stream), "split blocks");
+    }
+    cudaFree(raw);
+    if (!st.ok()) {
+      cudaFree(mem);
+      return st;
+    }
+    w.data = mem;
+    w.row_stride = (cols / 32) * code_bytes;
+    w.scales = reinterpret_cast<const __half*>(mem + codes);
+    *alloc = mem;
+    *bytes = codes + scales;
+    *dst = w;
+    return ok_status();
+  }
+  uint8_t* mem = nullptr;
+  FRUGAL_CUDA(cudaMalloc(&mem, total));
+  Status st = cuda_status(cudaMemcpyAsync(mem, host, total, cudaMemcpyHostToDevice, stream), "upload");
+  if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "upload");
+  if (!st.ok()) {
+    cudaFree(mem);
+    return st;
+  }
+  w.data = mem;
+  w.row_stride = static_cast<int64_t>(row_stride);
+  *alloc = mem;
+  *bytes = total;
+  *dst = w;
+  return ok_status();
+}
+
+}  // namespace frugal::cuda

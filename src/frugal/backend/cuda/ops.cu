@@ -1,0 +1,226 @@
+// Normalization, RoPE, SwiGLU, KV writes and attention on the device. Formulas match the CPU
+// backend (cpu_backend.cc, attention.cc) so the CPU scalar references check both.
+#include <cuda_bf16.h>
+
+#include <cfloat>
+
+#include "frugal/backend/cuda/common.cuh"
+
+namespace frugal::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float warp_sum(float a) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) a += __shfl_xor_sync(0xFFFFFFFFu, a, o);
+  return a;
+}
+
+// One block per row; row_ids (optional) picks which input rows feed the output rows.
+__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int dim, float eps,
+                                float* __restrict__ y, const int32_t* __restrict__ row_ids) {
+  const int64_t out_row = blockIdx.x;
+  const int64_t in_row = row_ids != nullptr ? row_ids[out_row] : out_row;
+  const float* xr = x + in_row * dim;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  __shared__ float part[32];
+  ss = warp_sum(ss);
+  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = ss;
+  __syncthreads();
+  if (threadIdx.x < kWarp) {
+    float v = threadIdx.x < blockDim.x / kWarp ? part[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(part[0] / static_cast<float>(dim) + eps);
+  float* yr = y + out_row * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+__global__ void to_half_kernel(const float* __restrict__ x, int64_t n, __half* __restrict__ y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2half_rn(x[i]);
+}
+__global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t n, int64_t rows) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n * rows) y[i] += b[i % rows];
+}
+__global__ void swiglu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i];
+  gate[i] = g / (1.f + expf(-g)) * up[i];
+}
+
+// One thread per (token, head, pair). Angles as the CPU backend builds them: theta multiplied by
+// theta_scale once per pair index, divided by the frequency factor, times freq_scale.
+__global__ void rope_kernel(float* __restrict__ x, int n, int n_heads, int head_dim, const int32_t* __restrict__ pos,
+                            RopeDev p) {
+  const int half = p.n_rot / 2;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(n) * n_heads * half) return;
+  const int pair = static_cast<int>(i % half);
+  const int64_t th = i / half;  // token * n_heads + head
+  const int t = static_cast<int>(th / n_heads);
+  float theta = static_cast<float>(pos[t]);
+  for (int k = 0; k < pair; ++k) theta *= p.theta_scale;
+  const float ff = p.freq_factors != nullptr ? p.freq_factors[pair] : 1.f;
+  const float angle = p.freq_scale * (theta / ff);
+  const float c = cosf(angle), s = sinf(angle);
+  float* h = x + th * head_dim;
+  const int a = p.neox ? pair : 2 * pair;
+  const int b = p.neox ? pair + half : 2 * pair + 1;
+  const float x0 = h[a], x1 = h[b];
+  h[a] = x0 * c - x1 * s;
+  h[b] = x0 * s + x1 * c;
+}
+
+__global__ void kv_store_kernel(KvDev kv, int layer, const float* __restrict__ k, const float* __restrict__ v,
+                                int n, const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
+                                const int32_t* __restrict__ slot) {
+  const int kv_dim = kv.n_head_kv * kv.head_dim;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(n) * kv_dim) return;
+  const int t = static_cast<int>(i / kv_dim);
+  const int e = static_cast<int>(i % kv_dim);
+  const int head = e / kv.head_dim, d = e % kv.head_dim;
+  const int s = seq[t], sl = slot[t];
+  const int64_t row = ((static_cast<int64_t>(layer) * kv.n_seq + s) * kv.n_head_kv + head) * kv.capacity + sl;
+  kv.k[row * kv.head_dim + d] = __float2half_rn(k[i]);
+  kv.v[row * kv.head_dim + d] = __float2half_rn(v[i]);
+  if (e == 0) kv.pos[static_cast<int64_t>(s) * kv.capacity + sl] = pos[t];
+}
+
+// One block of kAttnWarps warps per (query token, head). Each warp walks every kAttnWarps-th key
+// with an online softmax, lanes splitting head_dim (element lane + 32 i); the warps' partial
+// results are merged at the end. Keys are in position order, so the walk stops at the first key
+// past the query's position.
+constexpr int kAttnWarps = 4;
+
+template <int kPerLane>
+__global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(KvDev kv, int layer, const float* __restrict__ q,
+                                                                        const int32_t* __restrict__ seq,
+                                                                        const int32_t* __restrict__ qpos_arr, AttnDev p,
+                                                                        float* __restrict__ out) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int hd = p.head_dim;
+  const int g = h / (p.n_head / p.n_head_kv);
+  const int s = seq[t];
+  const int qp = qpos_arr[t];
+  const int n_keys = kv.seq_len[s];
+  const int32_t* kpos = kv.pos + static_cast<int64_t>(s) * kv.capacity;
+  const int64_t base = ((static_cast<int64_t>(layer) * kv.n_seq + s) * kv.n_head_kv + g) * kv.capacity * hd;
+  const __half* kb = kv.k + base;
+  const __half* vb = kv.v + base;
+  const float* qh = q + (static_cast<int64_t>(t) * p.n_head + h) * hd;
+  float qv[kPerLane], acc[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + kWarp * i;
+    qv[i] = e < hd ? qh[e] * p.scale : 0.f;
+    acc[i] = 0.f;
+  }
+  float m = -FLT_MAX, l = 0.f;
+  for (int j = warp; j < n_keys; j += kAttnWarps) {
+    const int kp = kpos[j];
+    if (kp > qp) break;
+    if (p.window > 0 && kp <= qp - p.window) continue;
+    const __half* kr = kb + static_cast<int64_t>(j) * hd;
+    float sdot = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + kWarp * i;
+      if (e < hd) sdot += qv[i] * __half2float(kr[e]);
+    }
+    sdot = warp_sum(sdot);
+    const float mn = fmaxf(m, sdot);
+    const float corr = expf(m - mn);
+    const float pe = expf(sdot - mn);
+    l = l * corr + pe;
+    const __half* vr = vb + static_cast<int64_t>(j) * hd;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + kWarp * i;
+      acc[i] = acc[i] * corr + (e < hd ? pe * __half2float(vr[e]) : 0.f);
+    }
+    m = mn;
+  }
+  __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
+  __shared__ float sm_acc[kAttnWarps][kPerLane * kWarp];
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_l[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) sm_acc[warp][lane + kWarp * i] = acc[i];
+  __syncthreads();
+  float mx = -FLT_MAX;
+#pragma unroll
+  for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, sm_m[w]);
+  float wsum[kAttnWarps];
+  float lsum = 0.f;
+#pragma unroll
+  for (int w = 0; w < kAttnWarps; ++w) {
+    wsum[w] = sm_l[w] > 0.f ? expf(sm_m[w] - mx) : 0.f;
+    lsum += sm_l[w] * wsum[w];
+  }
+  const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // no visible key: zeros, as on the CPU
+  float* o = out + (static_cast<int64_t>(t) * p.n_head + h) * hd;
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    float a = 0.f;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) a += sm_acc[w][e] * wsum[w];
+    o[e] = a * inv;
+  }
+}
+
+unsigned blocks_for(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+}  // namespace
+
+void launch_rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
+                     const int32_t* row_ids, cudaStream_t s) {
+  const int threads = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 64);
+  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, w, dim, eps, y, row_ids);
+}
+void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s) {
+  to_half_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, n, y);
+}
+void launch_to_bf16(const float* x, int64_t n, void* y, cudaStream_t s) {
+  to_bf16_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, n, static_cast<__nv_bfloat16*>(y));
+}
+void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s) {
+  add_bias_kernel<<<blocks_for(n * rows, 256), 256, 0, s>>>(y, bias, n, rows);
+}
+void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
+  swiglu_kernel<<<blocks_for(n, 256), 256, 0, s>>>(gate, up, n);
+}
+void launch_rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeDev& p, cudaStream_t s) {
+  if (p.n_rot < 2) return;
+  const int64_t total = static_cast<int64_t>(n) * n_heads * (p.n_rot / 2);
+  rope_kernel<<<blocks_for(total, 256), 256, 0, s>>>(x, n, n_heads, head_dim, pos, p);
+}
+void launch_kv_store(const KvDev& kv, int layer, const float* k, const float* v, int n, const int32_t* seq,
+                     const int32_t* pos, const int32_t* slot, cudaStream_t s) {
+  const int64_t total = static_cast<int64_t>(n) * kv.n_head_kv * kv.head_dim;
+  kv_store_kernel<<<blocks_for(total, 256), 256, 0, s>>>(kv, layer, k, v, n, seq, pos, slot);
+}
+void launch_attention(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,
+                      const AttnDev& p, float* out, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(p.n_head));
+  if (p.head_dim <= 128) {
+    attention_kernel<4><<<grid, kAttnWarps * kWarp, 0, s>>>(kv, layer, q, seq, pos, p, out);
+  } else {
+    attention_kernel<8><<<grid, kAttnWarps * kWarp, 0, s>>>(kv, layer, q, seq, pos, p, out);
+  }
+}
+
+}  // namespace frugal::cuda

@@ -1,0 +1,41 @@
+#include "device.h"
+
+#ifdef FRUGAL_HAVE_CUDA
+#include "frugal/backend/cuda/cuda_backend.h"
+#endif
+
+namespace frugal::cli {
+
+Result<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads) {
+  if (device == "cpu") {
+    CpuBackendOptions o;
+    o.n_threads = threads;
+    return make_cpu_backend(o);
+  }
+  if (device == "cuda") {
+#ifdef FRUGAL_HAVE_CUDA
+    CudaBackendOptions o;
+    o.cpu_threads = threads;
+    return make_cuda_backend(o);
+#else
+    return error(ErrorCode::kNotSupported, "--device cuda: this build has no CUDA backend (nvcc was not found)");
+#endif
+  }
+  return error(ErrorCode::kInvalidArgument, "--device '{}': expected cpu or cuda", device);
+}
+
+GpuStatus gpu_status() {
+  GpuStatus g;
+#ifdef FRUGAL_HAVE_CUDA
+  auto info = cuda::device_info(0);
+  if (info.ok()) {
+    g.present = true;
+    g.name = info->name;
+    g.total_bytes = info->total_bytes;
+    g.used_bytes = info->total_bytes - info->free_bytes;
+  }
+#endif
+  return g;
+}
+
+}  // namespace frugal::cli
