@@ -55,17 +55,15 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   }
   const int64_t train = cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096;
   int64_t capacity = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(train, 4096);
-  const uint64_t row_bytes = static_cast<uint64_t>(cfg.n_layer) * cfg.n_head_kv * cfg.head_dim * 2 *
-                             (opts.kv_dtype == DType::kF16 ? 2 : 4);
   if (opts.kv_memory > 0) {
-    const uint64_t fit = opts.kv_memory / (static_cast<uint64_t>(opts.n_parallel) * row_bytes);
-    if (fit < static_cast<uint64_t>(kMinSlotCapacity)) {
-      return error(ErrorCode::kOverBudget,
-                   "engine: a KV budget of {} bytes holds {} tokens per sequence at parallel {} ({} bytes per token); "
-                   "at least {} are needed: raise --kv-memory or lower --parallel",
-                   opts.kv_memory, fit, opts.n_parallel, row_bytes, kMinSlotCapacity);
+    // The one bytes -> tokens conversion (kv/kv_cache.h), shared with run and eval.
+    Result<int32_t> fit =
+        kv_tokens_for_memory(model.kv_options(opts.n_parallel, 0, opts.kv_dtype), opts.kv_memory, kMinSlotCapacity);
+    if (!fit.ok()) {
+      return error(ErrorCode::kOverBudget, "engine: {} at parallel {}: raise --kv-memory or lower --parallel",
+                   fit.status().message(), opts.n_parallel);
     }
-    capacity = std::min<int64_t>(capacity, static_cast<int64_t>(std::min<uint64_t>(fit, 1u << 30)));
+    capacity = std::min<int64_t>(capacity, *fit);
   }
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv,
                           KvCache::create(model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype)));

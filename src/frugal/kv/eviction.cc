@@ -57,12 +57,12 @@ Status validate(const KvPolicyOptions& o) {
   FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvPolicy> p, make_kv_policy(o.policy));
   if (!p->needs().evicts) return ok_status();
   if (o.buffer < 1) return error(ErrorCode::kInvalidArgument, "kv-buffer must be at least 1 (got {})", o.buffer);
+  if (o.memory > 0 && o.budget == 0) return ok_status();  // the budget comes from the memory
   if (!(o.budget > 0) || (o.budget >= 1 && o.budget != std::floor(o.budget))) {
     return error(ErrorCode::kInvalidArgument,
                  "kv-budget for policy '{}' must be a token count (>= 1) or a fraction in (0, 1) (got {})", o.policy,
                  o.budget);
   }
-  if (o.memory > 0 && o.budget == 0) return ok_status();  // the budget comes from the memory
   if (o.budget >= 1 && o.budget <= o.buffer) {
     return error(ErrorCode::kInvalidArgument, "kv-budget ({} tokens) must exceed kv-buffer ({})", o.budget, o.buffer);
   }

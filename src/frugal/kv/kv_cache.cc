@@ -333,20 +333,27 @@ void KvCache::read_rows(int layer, int seq, int head, float* k, float* v) const 
     }
     return;
   }
+  read_rows(layer, seq, head, 0, n, k, v);
+}
+
+void KvCache::read_rows(int layer, int seq, int head, int32_t begin, int32_t end, float* k, float* v) const {
+  const size_t i = static_cast<size_t>(index(layer, seq, head)), hd = static_cast<size_t>(opts_.head_dim);
+  if (!quantized() || begin >= end) return;
   const size_t cap = static_cast<size_t>(opts_.capacity), groups = (cap + kKvGroup - 1) / kKvGroup;
   const int cold = cold_[i];
   const bool b8 = bits_ == 8;
+  const int32_t qend = std::min(end, cold);  // quantized rows [begin, qend), FP16 residual after
   float step[512], lo[512];  // head_dim <= 512 per group of params
   if (k != nullptr) {
-    for (int g = 0; g * kKvGroup < cold; ++g) {
+    for (int g = begin / kKvGroup; g * kKvGroup < qend; ++g) {
       const uint16_t* p = kp_.data() + (i * groups + static_cast<size_t>(g)) * hd * 2;
       for (size_t c = 0; c < hd; ++c) {
         step[c] = fp16_to_f32(p[2 * c]);
         lo[c] = fp16_to_f32(p[2 * c + 1]);
       }
-      for (int t = g * kKvGroup; t < (g + 1) * kKvGroup; ++t) {
+      for (int t = std::max(begin, g * kKvGroup); t < std::min(qend, (g + 1) * kKvGroup); ++t) {
         const uint8_t* q = kq_.data() + (i * cap + static_cast<size_t>(t)) * cb_;
-        float* o = k + static_cast<size_t>(t) * hd;
+        float* o = k + static_cast<size_t>(t - begin) * hd;
         if (b8) {
           for (size_t c = 0; c < hd; ++c) o[c] = lo[c] + static_cast<float>(q[c]) * step[c];
         } else {
@@ -357,14 +364,18 @@ void KvCache::read_rows(int layer, int seq, int head, float* k, float* v) const 
         }
       }
     }
-    f32_row(rk_.data() + i * res_cap_ * hd, (n - cold) * opts_.head_dim, k + static_cast<size_t>(cold) * hd);
+    const int32_t r0 = std::max(begin, cold);
+    if (end > r0) {
+      f32_row(rk_.data() + (i * res_cap_ + static_cast<size_t>(r0 - cold)) * hd, (end - r0) * opts_.head_dim,
+              k + static_cast<size_t>(r0 - begin) * hd);
+    }
   }
   if (v != nullptr) {
-    for (int t = 0; t < cold; ++t) {
+    for (int t = begin; t < qend; ++t) {
       const size_t slot = i * cap + static_cast<size_t>(t);
       const uint8_t* q = vq_.data() + slot * cb_;
       const uint16_t* p = vp_.data() + slot * static_cast<size_t>(vg_) * 2;
-      float* o = v + static_cast<size_t>(t) * hd;
+      float* o = v + static_cast<size_t>(t - begin) * hd;
       for (int g = 0; g < vg_; ++g) {
         const float st = fp16_to_f32(p[2 * g]), mn = fp16_to_f32(p[2 * g + 1]);
         const size_t e = std::min(hd, static_cast<size_t>(g + 1) * kKvGroup);
@@ -378,14 +389,18 @@ void KvCache::read_rows(int layer, int seq, int head, float* k, float* v) const 
         }
       }
     }
-    f32_row(rv_.data() + i * res_cap_ * hd, (n - cold) * opts_.head_dim, v + static_cast<size_t>(cold) * hd);
+    const int32_t r0 = std::max(begin, cold);
+    if (end > r0) {
+      f32_row(rv_.data() + (i * res_cap_ + static_cast<size_t>(r0 - cold)) * hd, (end - r0) * opts_.head_dim,
+              v + static_cast<size_t>(r0 - begin) * hd);
+    }
   }
   const size_t hb = i * static_cast<size_t>(hot_cap_);
   for (int r = 0; r < hot_n_[i]; ++r) {
     const int32_t s = hot_slot_[hb + static_cast<size_t>(r)];
-    if (s >= cold) continue;  // only quantized slots need their FP16 copy
-    if (k != nullptr) f32_row(hk_.data() + (hb + r) * hd, opts_.head_dim, k + static_cast<size_t>(s) * hd);
-    if (v != nullptr) f32_row(hv_.data() + (hb + r) * hd, opts_.head_dim, v + static_cast<size_t>(s) * hd);
+    if (s >= qend || s < begin) continue;  // only quantized slots need their FP16 copy
+    if (k != nullptr) f32_row(hk_.data() + (hb + r) * hd, opts_.head_dim, k + static_cast<size_t>(s - begin) * hd);
+    if (v != nullptr) f32_row(hv_.data() + (hb + r) * hd, opts_.head_dim, v + static_cast<size_t>(s - begin) * hd);
   }
 }
 

@@ -71,6 +71,8 @@ class KvCache {
   // Every row of one head as floats, [size][head_dim] each (either pointer may be null): FP16/F32
   // rows converted, quantized rows dequantized (FP16 copies where kept). Thread-safe.
   void read_rows(int layer, int seq, int head, float* k, float* v) const;
+  // Rows [begin, end) only, written from k[0] / v[0] ([end - begin][head_dim]); quantized caches.
+  void read_rows(int layer, int seq, int head, int32_t begin, int32_t end, float* k, float* v) const;
   // Tokens of one head held in FP16 (residual and hot rows); 0 when not quantized.
   int32_t fp16_tokens(int layer, int seq, int head) const;
   // hyquant: quantizes the residual of every head of (layer, seq) down to the recent window,
