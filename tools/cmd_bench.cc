@@ -25,6 +25,7 @@ struct BenchArgs {
   int n_batch = 512;
   int n_parallel = 1;
   std::string device = "cpu";
+  bool roofline = false;
   bool json = false;
 };
 
@@ -136,6 +137,12 @@ int bench(const BenchArgs& a) {
     const GpuStatus gpu = gpu_status();
     if (be->name() == "cuda" && gpu.present) {
       j["gpu"] = {{"name", gpu.name}, {"memory_used_bytes", gpu.used_bytes}, {"memory_total_bytes", gpu.total_bytes}};
+      if (a.roofline) {
+        auto r = measure_gpu_roofline();
+        if (!r.ok()) return fail(cmd, r.status().message());
+        j["gpu"]["copy_bytes_per_s"] = r->copy_bytes_per_s;
+        j["gpu"]["bf16_flops"] = r->bf16_flops;
+      }
     }
     std::cout << j.dump(2) << "\n";
   }
@@ -153,6 +160,7 @@ RunFn setup(CLI::App& app) {
   app.add_option("--parallel", a->n_parallel, "sequences decoded together in tg tests (one token each per step)")
       ->capture_default_str();
   app.add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  app.add_flag("--roofline", a->roofline, "cuda, --json: also measure copy bandwidth and BF16 GEMM peak");
   app.add_flag("--json", a->json, "print results as JSON");
   return [a]() { return bench(*a); };
 }

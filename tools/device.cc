@@ -38,4 +38,13 @@ GpuStatus gpu_status() {
   return g;
 }
 
+Result<GpuRoofline> measure_gpu_roofline() {
+#ifdef FRUGAL_HAVE_CUDA
+  FRUGAL_ASSIGN_OR_RETURN(cuda::Roofline r, cuda::measure_roofline(2ull << 30, 8192, 10));
+  return GpuRoofline{r.copy_bytes_per_s, r.bf16_flops};
+#else
+  return error(ErrorCode::kNotSupported, "this build has no CUDA backend");
+#endif
+}
+
 }  // namespace frugal::cli

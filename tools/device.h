@@ -21,4 +21,12 @@ struct GpuStatus {
 };
 GpuStatus gpu_status();
 
+// Measured ceilings of GPU 0: device-to-device copy (bytes read + written per second over 2 GiB
+// buffers) and cuBLAS BF16 GEMM at 8192^3 (FLOP/s); medians of 10 runs.
+struct GpuRoofline {
+  double copy_bytes_per_s = 0;
+  double bf16_flops = 0;
+};
+Result<GpuRoofline> measure_gpu_roofline();
+
 }  // namespace frugal::cli

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -282,6 +283,7 @@ class CudaBackend final : public Backend {
   Status ensure_buffers(int64_t n);
   Status prepare(const Batch& b, int* n_out);
   void enqueue(int n, int n_out);
+  cudaGraphExec_t capture(int n, int n_out);
   void layer(int il, int n);
   void drop_graphs() {
     for (auto& [k, g] : graphs_) {
@@ -515,6 +517,28 @@ void CudaBackend::enqueue(int n, int n_out) {
   gemm_.run(output_, buf_.hout, n_out, buf_.logits, nullptr, false);
 }
 
+// The step as a graph, or null (graphs then turn off for this backend, with one warning) when
+// capture fails: the step still runs, eagerly.
+cudaGraphExec_t CudaBackend::capture(int n, int n_out) {
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+  if (e == cudaSuccess) {
+    enqueue(n, n_out);
+    e = cudaStreamEndCapture(stream_, &g);
+  }
+  if (e == cudaSuccess && gemm_.take_error().ok()) e = cudaGraphInstantiate(&exec, g, 0);
+  if (g != nullptr) cudaGraphDestroy(g);
+  if (e != cudaSuccess || exec == nullptr) {
+    std::fprintf(stderr, "cuda: graph capture failed (%s); running steps without graphs\n", cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    opts_.graphs = false;
+    return nullptr;
+  }
+  return exec;
+}
+
 Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits) {
   if (kv.quantized()) {
     return fail(ErrorCode::kNotSupported, "cuda: quantized KV caches run on the CPU backend only");
@@ -532,16 +556,13 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
   } else if (graph && it != graphs_.end()) {
     // Second time this shape runs: capture it (the first, eager run loaded every kernel and let
     // cuBLAS pick its algorithms outside capture).
-    cudaGraph_t g = nullptr;
-    FRUGAL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-    enqueue(n, n_out);
-    FRUGAL_CUDA(cudaStreamEndCapture(stream_, &g));
-    cudaGraphExec_t exec = nullptr;
-    Status st = cuda_status(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
-    cudaGraphDestroy(g);
-    FRUGAL_RETURN_IF_ERROR(st);
-    it->second = exec;
-    FRUGAL_CUDA(cudaGraphLaunch(exec, stream_));
+    cudaGraphExec_t exec = capture(n, n_out);
+    if (exec != nullptr) {
+      it->second = exec;
+      FRUGAL_CUDA(cudaGraphLaunch(exec, stream_));
+    } else {
+      enqueue(n, n_out);
+    }
   } else {
     if (graph) graphs_.emplace(std::make_pair(n, n_out), nullptr);
     enqueue(n, n_out);

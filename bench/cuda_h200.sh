@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# One-shot CUDA check and benchmark on a GPU machine with no network and no packages to install.
+# Prepare here:   bench/cuda_h200.sh --pack      (copies the built binaries, their non-CUDA shared
+#                 libraries and stories260K.gguf into .cudabench/, which git ignores)
+# Run there:      bench/cuda_h200.sh [SECONDS]   (from the repository root, with .cudabench carried;
+#                 SECONDS is the wall-clock budget, default 270: later steps are skipped when the
+#                 remaining time is too short)
+# It prints the device, measures the roofline (device-to-device copy, cuBLAS BF16 GEMM), runs the
+# CUDA tests (kernels vs scalar references, logits vs the CPU backend, greedy identity), writes the
+# Llama-3.1-8B-shaped random models with `frugal synth` and times tg128, pp512 and 64 parallel
+# sequences with `frugal bench --device cuda --json`. Log and JSON go to $OUT (or ./cudabench-out).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PACK=$ROOT/.cudabench
+
+if [ "${1:-}" = "--pack" ]; then
+  BUILD=${BUILD:-$ROOT/build-cuda}
+  rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/models"
+  cp "$BUILD/bin/frugal" "$BUILD/bin/cuda_tests" "$PACK/bin/"
+  # Every shared library except glibc's own and CUDA's (cuBLAS comes from the GPU machine).
+  ldd "$BUILD/bin/frugal" "$BUILD/bin/cuda_tests" | awk '/=>/{print $3}' | sort -u |
+    grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so|cublas|cudart' |
+    while read -r lib; do cp -L "$lib" "$PACK/lib/"; done
+  cp -L "${SHARED_MODELS:-$ROOT/../shared/models}/stories260K.gguf" "$PACK/models/"
+  ln -s ../../models/default.gguf "$PACK/models/default.gguf"  # tracked: it travels with the tree
+  grep -qx '/.cudabench/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.cudabench/' >>"$ROOT/.git/info/exclude"
+  du -sh "$PACK"
+  exit 0
+fi
+
+BUDGET=${1:-270}
+START=$(date +%s)
+OUTDIR=${OUT:-$ROOT/cudabench-out}
+mkdir -p "$OUTDIR"
+LOG=$OUTDIR/cuda_h200.log
+exec > >(tee "$LOG") 2>&1
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+say() { echo "[$(($(date +%s) - START))s] $*"; }
+
+F=$PACK/bin/frugal
+if [ ! -x "$F" ]; then echo "no $F: run bench/cuda_h200.sh --pack first"; exit 2; fi
+# cuBLAS from the machine's CUDA toolkit (or PyTorch's wheels).
+CUBLAS=$(ls /usr/local/cuda/lib64/libcublas.so.13 /usr/local/cuda*/lib64/libcublas.so.13 \
+  /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.13 2>/dev/null | head -1)
+if [ -z "$CUBLAS" ]; then
+  CUBLAS=$(find /opt /usr -name 'libcublas.so.13' 2>/dev/null | head -1)
+fi
+export LD_LIBRARY_PATH=$PACK/lib${CUBLAS:+:$(dirname "$CUBLAS")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+say "cublas: ${CUBLAS:-not found}"
+
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  say "no GPU here (nvidia-smi found no device): nothing to measure"
+  "$F" bench --device cuda -m "$PACK/models/stories260K.gguf" -p 8 -n 4 -r 1 || true
+  exit 3
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+nproc; free -g | head -2; df -h /tmp | tail -1
+
+TMP=${TMPDIR:-/tmp}/frugal-cudabench
+mkdir -p "$TMP"
+synth() {  # synth TYPE -> $TMP/llama8b-TYPE.gguf, in the background, below the benchmarks' priority
+  ( t0=$(date +%s)
+    nice -n 19 "$F" synth --preset "${SYNTH_PRESET:-llama3.1-8b}" --type "$1" -t "$(nproc)" -o "$TMP/llama8b-$1.gguf" \
+      >"$OUTDIR/synth-$1.txt" 2>&1
+    echo "synth $1: exit $?, $(($(date +%s) - t0)) s" >>"$OUTDIR/synth-$1.txt" ) &
+  SYNTH_PID=$!
+}
+bench() {  # bench TYPE ARGS... -> $OUTDIR/bench-TYPE-NAME.json
+  local type=$1 name=$2
+  shift 2
+  if [ "$(left)" -lt 25 ]; then say "skip $type $name: $(left) s left"; return; fi
+  say "bench $type $name: $*"
+  timeout "$(( $(left) - 10 ))" "$F" bench --device cuda --json -m "$TMP/llama8b-$type.gguf" "$@" \
+    >"$OUTDIR/bench-$type-$name.json" 2>"$OUTDIR/bench-$type-$name.err"
+  say "  exit $?: $(tr -d '\n ' <"$OUTDIR/bench-$type-$name.json" | grep -o '"name":"[^"]*","samples_ts[^]]*\]\|"avg_ts":[0-9.]*,"n_gen":[0-9]*,"n_parallel":[0-9]*,"n_prompt":[0-9]*,"name":"[^"]*"' | tr '\n' ' ')"
+  tail -3 "$OUTDIR/bench-$type-$name.err"
+}
+
+# The largest synth first, in the background, while the GPU checks run.
+say "synth Q4_K_M (background)"
+synth Q4_K_M
+Q4_PID=$SYNTH_PID
+
+say "roofline and memory"
+timeout 60 "$F" bench --device cuda --json --roofline -m "$PACK/models/stories260K.gguf" -p 16 -n 4 -r 1 \
+  >"$OUTDIR/roofline.json" 2>&1
+grep -E '"(copy_bytes_per_s|bf16_flops|name|memory_used_bytes)"' "$OUTDIR/roofline.json" | head -6
+
+say "CUDA tests"
+FRUGAL_TEST_MODELS=$PACK/models timeout 90 "$PACK/bin/cuda_tests" 2>&1 | grep -E "^(matmul|logits|greedy)|OK|FAIL|PASSED|SKIPPED|rel_l2|Expected|Which is|error" | head -80
+
+say "greedy 48 tokens, run --device cuda vs cpu (default model)"
+for dev in cpu cuda; do
+  timeout 30 "$F" run -m "$PACK/models/default.gguf" --device $dev -p "Once upon a time" -n 48 --temp 0 \
+    >"$OUTDIR/run-$dev.txt" 2>"$OUTDIR/run-$dev.err"
+done
+if cmp -s "$OUTDIR/run-cpu.txt" "$OUTDIR/run-cuda.txt"; then say "run output identical"; else
+  say "run output DIFFERS"; head -c 400 "$OUTDIR/run-cpu.txt"; echo; head -c 400 "$OUTDIR/run-cuda.txt"; echo
+  tail -2 "$OUTDIR/run-cuda.err"; fi
+
+wait $Q4_PID; cat "$OUTDIR/synth-Q4_K_M.txt" | tail -3
+synth F16
+F16_PID=$SYNTH_PID
+bench Q4_K_M tg128 -p 0 -n 128 -r 3
+bench Q4_K_M pp512 -p 512 -n 0 -r 3
+rm -f "$TMP/llama8b-Q4_K_M.gguf"
+
+wait $F16_PID; tail -3 "$OUTDIR/synth-F16.txt"
+if [ "$(left)" -gt 80 ]; then synth Q8_0; Q8_PID=$SYNTH_PID; else Q8_PID=; fi
+bench F16 tg128 -p 0 -n 128 -r 3
+bench F16 pp512 -p 512 -n 0 -r 3
+bench F16 par64 -p 0 -n 128 -r 2 --parallel 64
+rm -f "$TMP/llama8b-F16.gguf"
+
+if [ -n "$Q8_PID" ]; then
+  wait $Q8_PID; tail -3 "$OUTDIR/synth-Q8_0.txt"
+  bench Q8_0 tg128 -p 0 -n 128 -r 3
+  bench Q8_0 pp512 -p 512 -n 0 -r 2
+  rm -f "$TMP/llama8b-Q8_0.gguf"
+fi
+
+echo
+say "summary (tok/s; roofline from roofline.json)"
+python3 - "$OUTDIR" <<'PY' || true
+import glob, json, os, sys
+d = sys.argv[1]
+try:
+    g = json.load(open(os.path.join(d, "roofline.json")))["gpu"]
+    bw, fl = g["copy_bytes_per_s"], g["bf16_flops"]
+    print(f"GPU {g['name']}: copy {bw/1e12:.2f} TB/s (read+write), cuBLAS bf16 {fl/1e12:.0f} TFLOP/s")
+except Exception as e:
+    bw = fl = None
+    print("roofline: n/a", e)
+print(f"{'type':8} {'test':10} {'tok/s':>10} {'sd':>8} {'model GB':>9} {'GPU mem GB':>10} {'frac':>6}")
+for f in sorted(glob.glob(os.path.join(d, "bench-*.json"))):
+    try:
+        j = json.load(open(f))
+    except Exception:
+        print(os.path.basename(f), "no result"); continue
+    mb = j["model_bytes"]; mem = j.get("gpu", {}).get("memory_used_bytes", 0)
+    typ = os.path.basename(f).split("-")[1]
+    for t in j["tests"]:
+        frac = ""
+        if bw and t["n_gen"] > 0 and t.get("n_parallel", 1) == 1:
+            frac = f"{t['avg_ts'] / (bw / mb):.0%}"          # weights read once per token
+        elif fl and t["n_prompt"] > 0:
+            n_params = mb / {"F16": 2.0, "Q8_0": 34/32, "Q4_K_M": 4.9e9/8.03e9}.get(typ, 2.0)
+            frac = f"{t['avg_ts'] * 2 * n_params / fl:.0%}"  # 2 FLOP per weight per token
+        print(f"{typ:8} {t['name']:10} {t['avg_ts']:10.1f} {t['stddev_ts']:8.1f} {mb/1e9:9.2f} {mem/1e9:10.1f} {frac:>6}")
+PY
+say "done"
