@@ -91,7 +91,7 @@ FRUGAL_TEST_MODELS=$PACK/models timeout 90 "$PACK/bin/cuda_tests" 2>&1 | grep -E
 
 say "greedy 48 tokens, run --device cuda vs cpu (default model)"
 for dev in cpu cuda; do
-  timeout 30 "$F" run -m "$PACK/models/default.gguf" --device $dev -p "Once upon a time" -n 48 --temp 0 \
+  timeout 30 "$F" run -m "$PACK/models/default.gguf" --device $dev -p "Once" -n 48 --temp 0 \
     >"$OUTDIR/run-$dev.txt" 2>"$OUTDIR/run-$dev.err"
 done
 if cmp -s "$OUTDIR/run-cpu.txt" "$OUTDIR/run-cuda.txt"; then say "run output identical"; else

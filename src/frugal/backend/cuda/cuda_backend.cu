@@ -24,6 +24,7 @@ namespace cuda {
 namespace {
 
 constexpr int kGemvMaxTokens = 8;    // larger batches go through cuBLAS
+constexpr int kCpuFloatPathMinTokens = 8;  // backend/cpu/matmul.cc: kFloatPathMinTokens
 constexpr int kGraphMaxTokens = 64;  // steps up to this size are captured as graphs
 constexpr size_t kCublasWorkspace = 32u << 20;
 
@@ -157,9 +158,24 @@ class Gemm {
   // y [n][rows] (+)= x [n][cols] W^T (+ bias). Enqueued only; errors land in `err_`.
   void run(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool acc) {
     if (n <= kGemvMaxTokens) {
-      launch_gemv(w, x, n, y, bias, acc, stream_);
+      const float* xin = x;
+      if ((w.type == DType::kF16 || w.type == DType::kBF16) && n < kCpuFloatPathMinTokens) {
+        // Below 8 tokens the CPU backend converts activations to the weight's half type before
+        // its dot products (from 8 on it keeps them in F32); doing the same keeps greedy
+        // decoding token-identical.
+        const int64_t xn = static_cast<int64_t>(n) * w.cols;
+        if (rounded_src_ != x || rounded_type_ != w.type || rounded_n_ != xn) {
+          launch_round(x, xn, static_cast<float*>(act_), w.type == DType::kBF16, stream_);
+          rounded_src_ = x;
+          rounded_type_ = w.type;
+          rounded_n_ = xn;
+        }
+        xin = static_cast<const float*>(act_);
+      }
+      launch_gemv(w, xin, n, y, bias, acc, stream_);
       return;
     }
+    rounded_src_ = nullptr;  // act_ is about to hold 2-byte operands
     const float alpha = 1.f, beta = acc ? 1.f : 0.f;
     const void* a = w.data;
     const void* b = x;
@@ -198,6 +214,9 @@ class Gemm {
     if (bias != nullptr) launch_add_bias(y, bias, n, w.rows, stream_);
   }
 
+  // The buffer behind `x` pointers passed so far was rewritten: round again on next use.
+  void new_input() { rounded_src_ = nullptr; }
+
   Status take_error() {
     Status s = err_;
     err_ = ok_status();
@@ -212,6 +231,9 @@ class Gemm {
   void* dq_ = nullptr;
   void* act_ = nullptr;
   size_t dq_need_ = 0, dq_cap_ = 0, act_need_ = 0, act_cap_ = 0;
+  const float* rounded_src_ = nullptr;  // input whose rounded copy act_ holds
+  DType rounded_type_ = DType::kF32;
+  int64_t rounded_n_ = 0;
   Status err_;
 };
 
@@ -481,6 +503,7 @@ void CudaBackend::layer(int il, int n) {
   const int nh = static_cast<int>(c.n_head), nkv = static_cast<int>(c.n_head_kv);
 
   launch_rms_norm(b.x, L.attn_norm, n, embd, c.rms_eps, b.h, nullptr, s);
+  gemm_.new_input();
   gemm_.run(L.wq, b.h, n, b.q, L.bq, false);
   gemm_.run(L.wk, b.h, n, b.k, L.bk, false);
   gemm_.run(L.wv, b.h, n, b.v, L.bv, false);
@@ -498,22 +521,27 @@ void CudaBackend::layer(int il, int n) {
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = c.sliding_window;
   launch_attention(kv_, il, b.q, n, seq, pos, ap, b.att, s);
+  gemm_.new_input();
   gemm_.run(L.wo, b.att, n, b.x, nullptr, true);
 
   launch_rms_norm(b.x, L.ffn_norm, n, embd, c.rms_eps, b.h, nullptr, s);
+  gemm_.new_input();
   gemm_.run(L.w_gate, b.h, n, b.gate, nullptr, false);
   gemm_.run(L.w_up, b.h, n, b.up, nullptr, false);
   launch_swiglu(b.gate, b.up, static_cast<int64_t>(n) * c.n_ff, s);
+  gemm_.new_input();
   gemm_.run(L.w_down, b.gate, n, b.x, nullptr, true);
 }
 
 void CudaBackend::enqueue(int n, int n_out) {
   const int64_t cap = buf_.cap;
+  gemm_.new_input();
   launch_get_rows(tok_embd_, buf_.packet, n, buf_.x, stream_);
   for (int il = 0; il < cfg_.n_layer; ++il) layer(il, n);
   if (n_out == 0) return;
   launch_rms_norm(buf_.x, out_norm_, n_out, static_cast<int>(cfg_.n_embd), cfg_.rms_eps, buf_.hout,
                   buf_.packet + 4 * cap, stream_);
+  gemm_.new_input();
   gemm_.run(output_, buf_.hout, n_out, buf_.logits, nullptr, false);
 }
 

@@ -48,6 +48,13 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, __nv_bflo
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = __float2bfloat16_rn(x[i]);
 }
+// Rounds activations to F16 (or BF16) precision, kept as floats: what the CPU backend's F16/BF16
+// dot products see for single tokens.
+__global__ void round_kernel(const float* __restrict__ x, int64_t n, float* __restrict__ y, int bf16) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  y[i] = bf16 ? __bfloat162float(__float2bfloat16_rn(x[i])) : __half2float(__float2half_rn(x[i]));
+}
 __global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t n, int64_t rows) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n * rows) y[i] += b[i % rows];
@@ -196,6 +203,9 @@ void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s) {
 }
 void launch_to_bf16(const float* x, int64_t n, void* y, cudaStream_t s) {
   to_bf16_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, n, static_cast<__nv_bfloat16*>(y));
+}
+void launch_round(const float* x, int64_t n, float* y, bool bf16, cudaStream_t s) {
+  round_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, n, y, bf16 ? 1 : 0);
 }
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s) {
   add_bias_kernel<<<blocks_for(n * rows, 256), 256, 0, s>>>(y, bias, n, rows);
