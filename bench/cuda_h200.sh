@@ -54,9 +54,14 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   exit 3
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
-nproc; free -g | head -2; df -h /tmp | tail -1
+nproc; free -g | head -2; df -h /tmp /dev/shm | tail -2
 
+# Models in RAM when /dev/shm has room (an 8B F16 file is 16 GB; disks there may be slow).
 TMP=${TMPDIR:-/tmp}/frugal-cudabench
+if [ -z "${TMPDIR:-}" ] && [ "$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -gt 40000000 ] 2>/dev/null; then
+  TMP=/dev/shm/frugal-cudabench
+fi
+say "models in $TMP"
 mkdir -p "$TMP"
 synth() {  # synth TYPE -> $TMP/llama8b-TYPE.gguf, in the background, below the benchmarks' priority
   ( t0=$(date +%s)
