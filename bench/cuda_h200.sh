@@ -21,6 +21,8 @@ if [ "${1:-}" = "--pack" ]; then
   ldd "$BUILD/bin/frugal" "$BUILD/bin/cuda_tests" | awk '/=>/{print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so|cublas|cudart' |
     while read -r lib; do cp -L "$lib" "$PACK/lib/"; done
+  # The C++ runtime apart: used there only when the machine's own is older than this one.
+  mkdir -p "$PACK/lib/cxx" && mv "$PACK"/lib/libstdc++.so.* "$PACK"/lib/libgcc_s.so.* "$PACK/lib/cxx/" 2>/dev/null
   cp -L "${SHARED_MODELS:-$ROOT/../shared/models}/stories260K.gguf" "$PACK/models/"
   ln -s ../../models/default.gguf "$PACK/models/default.gguf"  # tracked: it travels with the tree
   grep -qx '/.cudabench/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.cudabench/' >>"$ROOT/.git/info/exclude"
@@ -45,8 +47,12 @@ CUBLAS=$(ls /usr/local/cuda/lib64/libcublas.so.13 /usr/local/cuda*/lib64/libcubl
 if [ -z "$CUBLAS" ]; then
   CUBLAS=$(find /opt /usr -name 'libcublas.so.13' 2>/dev/null | head -1)
 fi
-export LD_LIBRARY_PATH=$PACK/lib${CUBLAS:+:$(dirname "$CUBLAS")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-say "cublas: ${CUBLAS:-not found}"
+CXXLIB=
+if ! grep -qa GLIBCXX_3.4.30 "$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 /{print $NF; exit}')" 2>/dev/null; then
+  CXXLIB=:$PACK/lib/cxx
+fi
+export LD_LIBRARY_PATH=$PACK/lib$CXXLIB${CUBLAS:+:$(dirname "$CUBLAS")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+say "cublas: ${CUBLAS:-not found}; carried C++ runtime: ${CXXLIB:-no}"; ldd "$F" | grep -E "not found|cublas|stdc" 
 
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   say "no GPU here (nvidia-smi found no device): nothing to measure"
