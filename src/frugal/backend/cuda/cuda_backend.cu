@@ -262,7 +262,12 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackendOptions& o, std::unique_ptr<Backend> cpu) : opts_(o), cpu_(std::move(cpu)) {}
   ~CudaBackend() override {
     drop_graphs();
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (stream_ != nullptr) {
+      // cuBLAS outlives the stream (members go after this body): detach it first.
+      if (gemm_.handle() != nullptr) cublasSetStream(gemm_.handle(), nullptr);
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
   }
 
@@ -611,6 +616,7 @@ struct OneShot {
   Gemm gemm;
   DeviceArena arena;
   ~OneShot() {
+    if (gemm.handle() != nullptr) cublasSetStream(gemm.handle(), nullptr);
     if (s != nullptr) cudaStreamDestroy(s);
   }
   Status init() {
