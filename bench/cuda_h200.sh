@@ -8,7 +8,8 @@
 # It prints the device, measures the roofline (device-to-device copy, cuBLAS BF16 GEMM), runs the
 # CUDA tests (kernels vs scalar references, logits vs the CPU backend, greedy identity), writes the
 # Llama-3.1-8B-shaped random models with `frugal synth` and times tg128, pp512 and 64 parallel
-# sequences with `frugal bench --device cuda --json`. Log and JSON go to $OUT (or ./cudabench-out).
+# sequences with `frugal bench --device cuda --json` (one process per model for pp512 and tg128).
+# Log and JSON go to $OUT (or ./cudabench-out).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PACK=$ROOT/.cudabench
@@ -76,6 +77,14 @@ synth() {  # synth TYPE -> $TMP/llama8b-TYPE.gguf, in the background, below the 
     echo "synth $1: exit $?, $(($(date +%s) - t0)) s" >>"$OUTDIR/synth-$1.txt" ) &
   SYNTH_PID=$!
 }
+wait_synth() {  # wait_synth PID TYPE: 0 when the model is written; gives up when time runs short
+  while kill -0 "$1" 2>/dev/null; do
+    if [ "$(left)" -lt 40 ]; then say "synth $2 still running with $(left) s left: stopped"; kill "$1"; return 1; fi
+    sleep 2
+  done
+  tail -2 "$OUTDIR/synth-$2.txt"
+  grep -q "exit 0" "$OUTDIR/synth-$2.txt"
+}
 bench() {  # bench TYPE ARGS... -> $OUTDIR/bench-TYPE-NAME.json
   local type=$1 name=$2
   shift 2
@@ -109,27 +118,28 @@ if cmp -s "$OUTDIR/run-cpu.txt" "$OUTDIR/run-cuda.txt"; then say "run output ide
   say "run output DIFFERS"; head -c 400 "$OUTDIR/run-cpu.txt"; echo; head -c 400 "$OUTDIR/run-cuda.txt"; echo
   tail -2 "$OUTDIR/run-cuda.err"; fi
 
-wait $Q4_PID; cat "$OUTDIR/synth-Q4_K_M.txt" | tail -3
-synth F16
-F16_PID=$SYNTH_PID
-bench Q4_K_M tg128 -p 0 -n 128 -r 3
-bench Q4_K_M pp512 -p 512 -n 0 -r 3
-rm -f "$TMP/llama8b-Q4_K_M.gguf"
-
-wait $F16_PID; tail -3 "$OUTDIR/synth-F16.txt"
-if [ "$(left)" -gt 80 ]; then synth Q8_0; Q8_PID=$SYNTH_PID; else Q8_PID=; fi
-bench F16 tg128 -p 0 -n 128 -r 3
-bench F16 pp512 -p 512 -n 0 -r 3
-bench F16 par64 -p 0 -n 128 -r 2 --parallel 64
-rm -f "$TMP/llama8b-F16.gguf"
-
-if [ -n "$Q8_PID" ]; then
-  wait $Q8_PID; tail -3 "$OUTDIR/synth-Q8_0.txt"
-  bench Q8_0 tg128 -p 0 -n 128 -r 3
-  bench Q8_0 pp512 -p 512 -n 0 -r 2
-  rm -f "$TMP/llama8b-Q8_0.gguf"
+if wait_synth $Q4_PID Q4_K_M; then
+  synth F16
+  F16_PID=$SYNTH_PID
+  bench Q4_K_M pp512-tg128 -p 512 -n 128 -r 3
+  rm -f "$TMP/llama8b-Q4_K_M.gguf"
+else
+  synth F16
+  F16_PID=$SYNTH_PID
 fi
 
+Q8_PID=
+if wait_synth $F16_PID F16; then
+  if [ "$(left)" -gt 90 ]; then synth Q8_0; Q8_PID=$SYNTH_PID; fi
+  bench F16 pp512-tg128 -p 512 -n 128 -r 3
+  bench F16 par64 -p 0 -n 128 -r 2 --parallel 64
+  rm -f "$TMP/llama8b-F16.gguf"
+fi
+
+if [ -n "$Q8_PID" ] && wait_synth $Q8_PID Q8_0; then
+  bench Q8_0 pp512-tg128 -p 512 -n 128 -r 3
+  rm -f "$TMP/llama8b-Q8_0.gguf"
+fi
 echo
 say "summary (tok/s; roofline from roofline.json)"
 python3 - "$OUTDIR" <<'PY' || true
