@@ -107,7 +107,18 @@ timeout 60 "$F" bench --device cuda --json --roofline -m "$PACK/models/stories26
 grep -E '"(copy_bytes_per_s|bf16_flops|name|memory_used_bytes)"' "$OUTDIR/roofline.json" | head -6
 
 say "CUDA tests"
-FRUGAL_TEST_MODELS=$PACK/models timeout 90 "$PACK/bin/cuda_tests" 2>&1 | grep -E "^(matmul|logits|greedy)|OK|FAIL|PASSED|SKIPPED|rel_l2|Expected|Which is|error" | head -80
+FRUGAL_TEST_MODELS=$PACK/models timeout 90 "$PACK/bin/cuda_tests" >"$OUTDIR/cuda_tests.txt" 2>&1
+TEST_RC=$?
+grep -E "^(matmul|logits|greedy)|OK \]|FAILED|PASSED|rel_l2|Expected|Which is|error|Failure" "$OUTDIR/cuda_tests.txt" | head -70
+if [ $TEST_RC -ne 0 ]; then
+  # Merged Q/K/V and gate/up launches are the newest part: check the unmerged path too and
+  # benchmark whichever passes.
+  say "tests failed (rc $TEST_RC); again with FRUGAL_CUDA_FUSE=0"
+  FRUGAL_CUDA_FUSE=0 FRUGAL_TEST_MODELS=$PACK/models timeout 60 "$PACK/bin/cuda_tests" >"$OUTDIR/cuda_tests_nofuse.txt" 2>&1 \
+    && export FRUGAL_CUDA_FUSE=0
+  grep -E "FAILED|PASSED|^logits|^greedy" "$OUTDIR/cuda_tests_nofuse.txt" | head -20
+  say "FRUGAL_CUDA_FUSE=${FRUGAL_CUDA_FUSE:-1}"
+fi
 
 say "greedy 48 tokens, run --device cuda vs cpu (default model)"
 for dev in cpu cuda; do

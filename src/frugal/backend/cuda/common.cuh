@@ -55,6 +55,16 @@ bool device_type_supported(DType t);
 Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, const void* host,
                      DevWeight* dst, void** alloc, uint64_t* bytes, cudaStream_t stream);
 
+// Up to three weights of one type applied to the same input (Q/K/V, gate/up) in one launch.
+struct GemvSet {
+  int n = 0;
+  DevWeight w0, w1, w2;
+  float *y0 = nullptr, *y1 = nullptr, *y2 = nullptr;
+  const float *b0 = nullptr, *b1 = nullptr, *b2 = nullptr;
+  int first1 = 0, first2 = 0;  // first block of w1, w2 (set by the launcher)
+};
+void launch_gemv_set(const GemvSet& set, const float* x, int n, cudaStream_t s);
+
 // y[t][r] (+)= dot(W[r], x[t]) (+ bias[r]) for t < n <= 8, dequantizing W in registers.
 void launch_gemv(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool accumulate,
                  cudaStream_t s);

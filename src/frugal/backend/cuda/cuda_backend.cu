@@ -158,23 +158,63 @@ class Gemm {
   // y [n][rows] (+)= x [n][cols] W^T (+ bias). Enqueued only; errors land in `err_`.
   void run(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool acc) {
     if (n <= kGemvMaxTokens) {
+      launch_gemv(w, gemv_input(w.type, x, n, w.cols), n, y, bias, acc, stream_);
+      return;
+    }
+    cublas_run(w, x, n, y, bias, acc);
+  }
+
+  // Several weights of one input (y_i = x W_i^T + b_i): one GEMV launch when they share a type,
+  // else one product each. FRUGAL_CUDA_FUSE=0 turns the merged launch off.
+  void run_set(const DevWeight* const* w, float* const* y, const float* const* bias, int count, const float* x,
+               int n) {
+    bool same = fuse_ && n <= kGemvMaxTokens && count <= 3;
+    for (int i = 1; i < count && same; ++i) same = w[i]->type == w[0]->type && w[i]->cols == w[0]->cols;
+    if (!same) {
+      for (int i = 0; i < count; ++i) run(*w[i], x, n, y[i], bias[i], false);
+      return;
+    }
+    GemvSet set;
+    set.n = count;
+    set.w0 = *w[0];
+    set.y0 = y[0];
+    set.b0 = bias[0];
+    if (count > 1) {
+      set.w1 = *w[1];
+      set.y1 = y[1];
+      set.b1 = bias[1];
+    }
+    if (count > 2) {
+      set.w2 = *w[2];
+      set.y2 = y[2];
+      set.b2 = bias[2];
+    }
+    launch_gemv_set(set, gemv_input(w[0]->type, x, n, w[0]->cols), n, stream_);
+  }
+  void set_fuse(bool on) { fuse_ = on; }
+
+ private:
+  const float* gemv_input(DType type, const float* x, int n, int64_t cols) {
+    {
       const float* xin = x;
-      if ((w.type == DType::kF16 || w.type == DType::kBF16) && n < kCpuFloatPathMinTokens) {
+      if ((type == DType::kF16 || type == DType::kBF16) && n < kCpuFloatPathMinTokens) {
         // Below 8 tokens the CPU backend converts activations to the weight's half type before
         // its dot products (from 8 on it keeps them in F32); doing the same keeps greedy
         // decoding token-identical.
-        const int64_t xn = static_cast<int64_t>(n) * w.cols;
-        if (rounded_src_ != x || rounded_type_ != w.type || rounded_n_ != xn) {
-          launch_round(x, xn, static_cast<float*>(act_), w.type == DType::kBF16, stream_);
+        const int64_t xn = static_cast<int64_t>(n) * cols;
+        if (rounded_src_ != x || rounded_type_ != type || rounded_n_ != xn) {
+          launch_round(x, xn, static_cast<float*>(act_), type == DType::kBF16, stream_);
           rounded_src_ = x;
-          rounded_type_ = w.type;
+          rounded_type_ = type;
           rounded_n_ = xn;
         }
         xin = static_cast<const float*>(act_);
       }
-      launch_gemv(w, xin, n, y, bias, acc, stream_);
-      return;
+      return xin;
     }
+  }
+
+  void cublas_run(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool acc) {
     rounded_src_ = nullptr;  // act_ is about to hold 2-byte operands
     const float alpha = 1.f, beta = acc ? 1.f : 0.f;
     const void* a = w.data;
@@ -214,6 +254,7 @@ class Gemm {
     if (bias != nullptr) launch_add_bias(y, bias, n, w.rows, stream_);
   }
 
+ public:
   // The buffer behind `x` pointers passed so far was rewritten: round again on next use.
   void new_input() { rounded_src_ = nullptr; }
 
@@ -231,6 +272,7 @@ class Gemm {
   void* dq_ = nullptr;
   void* act_ = nullptr;
   size_t dq_need_ = 0, dq_cap_ = 0, act_need_ = 0, act_cap_ = 0;
+  bool fuse_ = true;
   const float* rounded_src_ = nullptr;  // input whose rounded copy act_ holds
   DType rounded_type_ = DType::kF32;
   int64_t rounded_n_ = 0;
@@ -277,6 +319,8 @@ class CudaBackend final : public Backend {
     FRUGAL_RETURN_IF_ERROR(gemm_.init(stream_));
     const char* g = std::getenv("FRUGAL_CUDA_GRAPHS");
     if (g != nullptr && std::strcmp(g, "0") == 0) opts_.graphs = false;
+    const char* f = std::getenv("FRUGAL_CUDA_FUSE");
+    if (f != nullptr && std::strcmp(f, "0") == 0) gemm_.set_fuse(false);
     return ok_status();
   }
 
@@ -509,9 +553,12 @@ void CudaBackend::layer(int il, int n) {
 
   launch_rms_norm(b.x, L.attn_norm, n, embd, c.rms_eps, b.h, nullptr, s);
   gemm_.new_input();
-  gemm_.run(L.wq, b.h, n, b.q, L.bq, false);
-  gemm_.run(L.wk, b.h, n, b.k, L.bk, false);
-  gemm_.run(L.wv, b.h, n, b.v, L.bv, false);
+  {
+    const DevWeight* w[3] = {&L.wq, &L.wk, &L.wv};
+    float* y[3] = {b.q, b.k, b.v};
+    const float* bias[3] = {L.bq, L.bk, L.bv};
+    gemm_.run_set(w, y, bias, 3, b.h, n);
+  }
   if (c.qk_norm) {
     launch_rms_norm(b.q, L.q_norm, static_cast<int64_t>(n) * nh, hd, c.rms_eps, b.q, nullptr, s);
     launch_rms_norm(b.k, L.k_norm, static_cast<int64_t>(n) * nkv, hd, c.rms_eps, b.k, nullptr, s);
@@ -531,8 +578,12 @@ void CudaBackend::layer(int il, int n) {
 
   launch_rms_norm(b.x, L.ffn_norm, n, embd, c.rms_eps, b.h, nullptr, s);
   gemm_.new_input();
-  gemm_.run(L.w_gate, b.h, n, b.gate, nullptr, false);
-  gemm_.run(L.w_up, b.h, n, b.up, nullptr, false);
+  {
+    const DevWeight* w[2] = {&L.w_gate, &L.w_up};
+    float* y[2] = {b.gate, b.up};
+    const float* bias[2] = {nullptr, nullptr};
+    gemm_.run_set(w, y, bias, 2, b.h, n);
+  }
   launch_swiglu(b.gate, b.up, static_cast<int64_t>(n) * c.n_ff, s);
   gemm_.new_input();
   gemm_.run(L.w_down, b.gate, n, b.x, nullptr, true);

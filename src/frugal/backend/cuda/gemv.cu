@@ -192,12 +192,20 @@ struct Dec<DType::kQ6_K> {
 };
 
 template <DType T, int NT>
-__global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(DevWeight w, const float* __restrict__ x,
-                                                                   int nt, float* __restrict__ y,
-                                                                   const float* __restrict__ bias, int accumulate) {
+__global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, const float* __restrict__ x, int nt,
+                                                                   int accumulate) {
   using D = Dec<T>;
+  // Up to three products of one input in one launch: blocks [first[i], first[i+1]) serve
+  // weight i. Fields are picked by selects, not by a run-time array index (that would go
+  // through local memory).
+  const int b = static_cast<int>(blockIdx.x);
+  const int i = (set.n > 2 && b >= set.first2) ? 2 : ((set.n > 1 && b >= set.first1) ? 1 : 0);
+  const DevWeight& w = i == 0 ? set.w0 : (i == 1 ? set.w1 : set.w2);
+  float* y = i == 0 ? set.y0 : (i == 1 ? set.y1 : set.y2);
+  const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
+  const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
   const int lane = threadIdx.x % kWarp;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarp;
+  const int64_t row = static_cast<int64_t>(b - first) * kGemvWarps + threadIdx.x / kWarp;
   if (row >= w.rows) return;
   float acc[NT];
 #pragma unroll
@@ -215,10 +223,10 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(DevWeight w, c
 #pragma unroll
       for (int r = 0; r < D::kRuns; ++r) {
 #pragma unroll
-        for (int i = 0; i < D::kLen; i += 4) {
-          const float4 xv = __ldg(reinterpret_cast<const float4*>(xt + off[r] + i));
-          acc[t] += v[r * D::kLen + i] * xv.x + v[r * D::kLen + i + 1] * xv.y + v[r * D::kLen + i + 2] * xv.z +
-                    v[r * D::kLen + i + 3] * xv.w;
+        for (int k = 0; k < D::kLen; k += 4) {
+          const float4 xv = __ldg(reinterpret_cast<const float4*>(xt + off[r] + k));
+          acc[t] += v[r * D::kLen + k] * xv.x + v[r * D::kLen + k + 1] * xv.y + v[r * D::kLen + k + 2] * xv.z +
+                    v[r * D::kLen + k + 3] * xv.w;
         }
       }
     }
@@ -288,13 +296,18 @@ __global__ void split_blocks_kernel(const uint8_t* __restrict__ src, int64_t n_b
 }
 
 template <DType T>
-void gemv_t(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool acc, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((w.rows + kGemvWarps - 1) / kGemvWarps));
+void gemv_t(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s) {
+  const auto blocks = [](const DevWeight& w) { return static_cast<int>((w.rows + kGemvWarps - 1) / kGemvWarps); };
+  GemvSet g = set;
+  g.first1 = blocks(g.w0);
+  g.first2 = g.first1 + (g.n > 1 ? blocks(g.w1) : 0);
+  const int total = g.first2 + (g.n > 2 ? blocks(g.w2) : 0);
+  const dim3 grid(static_cast<unsigned>(total));
   const dim3 block(kGemvWarps * kWarp);
   if (n == 1) {
-    gemv_kernel<T, 1><<<grid, block, 0, s>>>(w, x, 1, y, bias, acc ? 1 : 0);
+    gemv_kernel<T, 1><<<grid, block, 0, s>>>(g, x, 1, acc ? 1 : 0);
   } else {
-    gemv_kernel<T, 8><<<grid, block, 0, s>>>(w, x, n, y, bias, acc ? 1 : 0);
+    gemv_kernel<T, 8><<<grid, block, 0, s>>>(g, x, n, acc ? 1 : 0);
   }
 }
 
@@ -326,9 +339,7 @@ void dispatch(DType t, A&&... a) {
 }
 template <DType T>
 struct GemvF {
-  static void run(const DevWeight& w, const float* x, int n, float* y, const float* b, bool acc, cudaStream_t s) {
-    gemv_t<T>(w, x, n, y, b, acc, s);
-  }
+  static void run(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s) { gemv_t<T>(set, x, n, acc, s); }
 };
 template <DType T>
 struct DequantF {
@@ -355,7 +366,15 @@ bool device_type_supported(DType t) {
 
 void launch_gemv(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool accumulate,
                  cudaStream_t s) {
-  dispatch<GemvF>(w.type, w, x, n, y, bias, accumulate, s);
+  GemvSet set;
+  set.n = 1;
+  set.w0 = w;
+  set.y0 = y;
+  set.b0 = bias;
+  dispatch<GemvF>(w.type, set, x, n, accumulate, s);
+}
+void launch_gemv_set(const GemvSet& set, const float* x, int n, cudaStream_t s) {
+  dispatch<GemvF>(set.w0.type, set, x, n, false, s);
 }
 void launch_dequant_f16(const DevWeight& w, __half* out, cudaStream_t s) { dispatch<DequantF>(w.type, w, out, s); }
 void launch_get_rows(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStream_t s) {
