@@ -33,10 +33,14 @@ fi
 
 BUDGET=${1:-270}
 START=$(date +%s)
-OUTDIR=${OUT:-$ROOT/cudabench-out}
-mkdir -p "$OUTDIR"
-LOG=$OUTDIR/cuda_h200.log
+# Every output in one folder, packed at the end into $OUT/cudabench.tgz beside the log: the GPU
+# machine returns at most 8 files, and the first run here lost its error messages to that limit.
+RESULT=${OUT:-$ROOT/cudabench-out}
+OUTDIR=${TMPDIR:-/tmp}/cudabench-work
+rm -rf "$OUTDIR" && mkdir -p "$OUTDIR" "$RESULT"
+LOG=$RESULT/cuda_h200.log
 exec > >(tee "$LOG") 2>&1
+trap 'cp "$LOG" "$OUTDIR/" 2>/dev/null; tar czf "$RESULT/cudabench.tgz" -C "$OUTDIR" . 2>/dev/null' EXIT
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 say() { echo "[$(($(date +%s) - START))s] $*"; }
 
@@ -104,12 +108,14 @@ Q4_PID=$SYNTH_PID
 say "roofline and memory"
 timeout 60 "$F" bench --device cuda --json --roofline -m "$PACK/models/stories260K.gguf" -p 16 -n 4 -r 1 \
   >"$OUTDIR/roofline.json" 2>&1
-grep -E '"(copy_bytes_per_s|bf16_flops|name|memory_used_bytes)"' "$OUTDIR/roofline.json" | head -6
+echo "roofline exit $?"; grep -E '"(copy_bytes_per_s|bf16_flops|name|memory_used_bytes)"' "$OUTDIR/roofline.json" | head -6 \
+  || tail -5 "$OUTDIR/roofline.json"
 
 say "CUDA tests"
 FRUGAL_TEST_MODELS=$PACK/models timeout 90 "$PACK/bin/cuda_tests" >"$OUTDIR/cuda_tests.txt" 2>&1
 TEST_RC=$?
 grep -E "^(matmul|logits|greedy)|OK \]|FAILED|PASSED|rel_l2|Expected|Which is|error|Failure" "$OUTDIR/cuda_tests.txt" | head -70
+[ $TEST_RC -ne 0 ] && { echo "--- end of cuda_tests output (rc $TEST_RC):"; tail -15 "$OUTDIR/cuda_tests.txt"; }
 if [ $TEST_RC -ne 0 ]; then
   # Merged Q/K/V and gate/up launches are the newest part: check the unmerged path too and
   # benchmark whichever passes.
