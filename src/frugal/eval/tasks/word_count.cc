@@ -1,5 +1,8 @@
-// Counting over the whole context: code words ("ZORP.") occur 1-9 times each at random places in
-// filler, next to distractor code words that are not asked for. Every occurrence matters, so the
+// Counting over the whole context: code words ("#7 ZORP.") occur 1-9 times each at random places in
+// filler, next to distractor code words that are not asked for. Every sighting of a code word is
+// numbered (#1, #2, ... in prompt order), so the model can walk them in its scratchpad one lookup
+// per line: line k copies sighting #k and that word's running count (its previous line's count plus
+// one), and the final answer reads each asked word's last count. Every sighting matters, so the
 // answer depends on content spread over the whole prompt.
 #include <algorithm>
 
@@ -13,12 +16,16 @@ namespace {
 constexpr int64_t kMaxWords = 4;
 constexpr int64_t kMaxDistractors = 4;
 constexpr int64_t kMaxCount = 9;
+// Characters per sighting: the prompt item "#12 ZORP." plus its separator, and the scratchpad
+// line "#12 ZORP 3\n".
+constexpr int64_t kSightingChars = 21;
 
 class WordCountTask final : public TaskGenerator {
  public:
   std::string_view name() const override { return "word_count"; }
   std::string_view description() const override {
-    return "count how often each of 1-3 code words occurs among filler and distractor words";
+    return "count how often each of 1-3 code words occurs among filler and distractor words, "
+           "walking the numbered sightings in a scratchpad";
   }
   bool supports_depth() const override { return false; }
   std::vector<TaskParam> params() const override {
@@ -32,8 +39,8 @@ class WordCountTask final : public TaskGenerator {
     const int64_t words = param_or_draw(ctx, "words", rng, 1, 3);
     const int64_t distractors = param_or_draw(ctx, "distractors", rng, 0, 2);
     const int64_t n = words + distractors;
-    // Occurrences that fit while a fifth of the length stays filler.
-    const int64_t room = (ctx.length * 4 / 5 - 49 - 15 * words) / 6;
+    // Sightings that fit while a fifth of the length stays filler.
+    const int64_t room = (ctx.length * 4 / 5 - 49 - 17 * words) / kSightingChars;
     const int64_t max_count = ctx.param("max_count")
                                   ? *ctx.param("max_count")
                                   : std::clamp<int64_t>(room / n, 1, kMaxCount);
@@ -48,7 +55,13 @@ class WordCountTask final : public TaskGenerator {
 
     PromptParts parts;
     parts.header = "Count how often each code word appears.";
-    for (size_t i : slots) parts.items.push_back(names[i] + ".");
+    std::vector<int64_t> running(static_cast<size_t>(n), 0);
+    for (size_t k = 0; k < slots.size(); ++k) {
+      const size_t i = slots[k];
+      const std::string tag = "#" + std::to_string(k + 1) + " " + names[i];
+      parts.items.push_back(tag + ".");
+      parts.answer += tag + " " + std::to_string(++running[i]) + "\n";
+    }
     parts.question = "Count ";
     std::string final_answer;
     for (int64_t w = 0; w < words; ++w) {  // names[0..words) are asked, in this order
@@ -58,7 +71,6 @@ class WordCountTask final : public TaskGenerator {
         final_answer += ' ';
       }
       parts.question += names[i];
-      parts.answer += names[i] + " " + std::to_string(counts[i]) + "\n";
       final_answer += std::to_string(counts[i]);
     }
     parts.question += '.';
