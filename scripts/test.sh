@@ -19,6 +19,6 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 # The server driven by the official OpenAI, Anthropic and Ollama clients from npm.
 if [ -x tests/server_e2e/run.sh ]; then
   npm ci --no-audit --no-fund --loglevel=error
-  tests/server_e2e/run.sh build/bin/frugal
+  tests/server_e2e/run.sh build/bin
 fi
 echo "all tests passed"

@@ -2,10 +2,14 @@
 # End-to-end tests of `frugal serve` through the official npm clients (openai, @anthropic-ai/sdk,
 # ollama). Builds nothing: it needs a built frugal and server_tests (the helper that writes the
 # tiny test model).
-# Usage: tests/server_e2e/run.sh [BUILD_BIN_DIR]      (default: build/bin)
+# Usage: tests/server_e2e/run.sh [BUILD_BIN_DIR | PATH_TO_FRUGAL]      (default: build/bin)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin_dir="$(cd "${1:-$root/build/bin}" && pwd)"
+arg="${1:-$root/build/bin}"
+# Accept the frugal binary itself as well as the folder that holds it.
+if [ -f "$arg" ]; then arg="$(dirname "$arg")"; fi
+[ -d "$arg" ] || { echo "server_e2e: $arg is neither the build's bin folder nor the frugal binary" >&2; exit 1; }
+bin_dir="$(cd "$arg" && pwd)"
 frugal="$bin_dir/frugal"
 helper="$bin_dir/server_tests"
 for f in "$frugal" "$helper"; do
