@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
 
 #include "frugal/core/half.h"
@@ -25,6 +26,36 @@ std::vector<float> random_row(std::mt19937& rng, int n) {
   std::vector<float> v(static_cast<size_t>(n));
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// Resident set size in bytes from /proc/self/statm (0 where it cannot be read).
+int64_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t total = 0, resident = 0;
+  if (!(f >> total >> resident)) return 0;
+  return resident * 4096;
+}
+
+// The cache is reserved for its whole capacity at creation, but a reservation must not become
+// resident memory before tokens are written (the memory a run reports should follow what it
+// holds). A fresh cache reads as zeros, and writing one head's rows touches only those pages.
+TEST(KvCache, ReservationIsNotResidentUntilWritten) {
+  if (resident_bytes() == 0) GTEST_SKIP() << "no /proc/self/statm";
+  KvCacheOptions o;
+  o.n_layer = 8;
+  o.n_head_kv = 4;
+  o.head_dim = 128;
+  o.capacity = 8192;
+  o.dtype = DType::kF16;  // 8 * 4 * 8192 * 128 * 2 bytes = 64 MiB for K, the same for V
+  const int64_t before = resident_bytes();
+  auto cache = KvCache::create(o);
+  ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+  const int64_t after = resident_bytes();
+  // The position table (4 bytes per slot, 1 MiB here) is written; K and V (128 MiB) are not.
+  EXPECT_LT(after - before, 16 << 20) << "creating a 128 MiB cache made " << (after - before)
+                                      << " bytes resident";
+  const uint16_t* k = static_cast<const uint16_t*>(static_cast<const void*>(cache->keys(7, 0, 3)));
+  for (int i = 0; i < 128 * 16; ++i) ASSERT_EQ(k[i], 0) << i;
 }
 
 TEST(KvCache, RejectsBadOptions) {

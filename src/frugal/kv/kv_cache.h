@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "frugal/core/dtype.h"
+#include "frugal/core/zeroed_allocator.h"
 #include "frugal/core/status.h"
 #include "frugal/kv/kv_quant.h"
 
@@ -115,7 +116,9 @@ class KvCache {
   size_t row_bytes_ = 0;
   // Quantized layout (empty otherwise); cb = code bytes of a row, vg = value groups of a row.
   int bits_ = 0, cb_ = 0, vg_ = 0, res_cap_ = 0, hot_cap_ = 0;
-  std::vector<uint8_t> kq_, vq_;     // [head][capacity][cb]
+  // The code and row buffers are reserved for the whole capacity at once; ZeroedAllocator keeps
+  // their pages out of resident memory until tokens are written into them.
+  std::vector<uint8_t, ZeroedAllocator<uint8_t>> kq_, vq_;     // [head][capacity][cb]
   std::vector<uint16_t> kp_;         // [head][capacity / kKvGroup rounded up][head_dim][2] (step, min)
   std::vector<uint16_t> vp_;         // [head][capacity][vg][2]
   std::vector<uint16_t> rk_, rv_;    // [head][res_cap][head_dim] FP16 rows of slots [cold, size)
@@ -124,8 +127,8 @@ class KvCache {
   std::vector<float> hot_score_;     // [head][hot_cap]
   std::vector<int32_t> hot_n_;       // [head]
   std::vector<int32_t> cold_;        // [head]: slots [0, cold) are quantized (a multiple of kKvGroup)
-  std::vector<uint8_t> k_;       // [layer][seq][head][capacity][head_dim]
-  std::vector<uint8_t> v_;       // same
+  std::vector<uint8_t, ZeroedAllocator<uint8_t>> k_;  // [layer][seq][head][capacity][head_dim]
+  std::vector<uint8_t, ZeroedAllocator<uint8_t>> v_;  // same
   std::vector<int32_t> pos_;     // [layer][seq][head][capacity]
   std::vector<int32_t> len_;     // [layer][seq][head]
   std::vector<float> stats_;     // [layer][seq][head][capacity] or empty
