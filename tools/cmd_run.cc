@@ -36,6 +36,7 @@ struct RunArgs {
   KvPolicyOptions kv_policy;
   std::string kv_quant;   // none, int8, int4, hyquant
   std::string kv_memory;  // e.g. 256MiB
+  std::string kv_budget_of;  // trace or generated
   std::string task;           // generate the prompt from a task family and score the answer
   uint64_t task_seed = 1;
   int64_t task_length = 512;
@@ -120,6 +121,9 @@ int run(const RunArgs& a) {
   go.kv_policy = a.kv_policy;
   if (!a.kv_quant.empty()) {
     if (Status s = set_generate_option(go, "kv-quant", a.kv_quant); !s.ok()) return fail(cmd, s.message());
+  }
+  if (!a.kv_budget_of.empty()) {
+    if (Status s = set_generate_option(go, "kv-budget-of", a.kv_budget_of); !s.ok()) return fail(cmd, s.message());
   }
   if (!a.kv_memory.empty()) {
     if (Status s = set_generate_option(go, "kv-memory", a.kv_memory); !s.ok()) return fail(cmd, s.message());
@@ -219,7 +223,11 @@ RunFn setup(CLI::App& app) {
   app.add_option("--kv-policy", a->kv_policy.policy, "KV eviction: full, window, random, h2o, tova, snapkv, rkv")
       ->capture_default_str();
   app.add_option("--kv-budget", a->kv_policy.budget,
-                 "KV tokens kept per layer and head (N), or a fraction of prompt + n-predict (0..1)");
+                 "KV tokens kept per layer and head (N), or a fraction (0..1) of prompt + n-predict (see "
+                 "--kv-budget-of)");
+  app.add_option("--kv-budget-of", a->kv_budget_of,
+                 "what a fractional --kv-budget is a fraction of: trace (prompt + n-predict, the default) or "
+                 "generated (budget = prompt + fraction x n-predict)");
   app.add_option("--kv-buffer", a->kv_policy.buffer, "newest tokens never evicted; rounds every this many steps")
       ->capture_default_str();
   app.add_flag("--kv-protect-prompt", a->kv_policy.protect_prompt, "never evict prompt tokens (inside the budget)");

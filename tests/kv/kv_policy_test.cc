@@ -78,7 +78,7 @@ std::unique_ptr<KvEvictor> evictor(const std::string& name, double budget, int b
   o.buffer = buffer;
   o.protect_prompt = protect;
   o.seed = seed;
-  auto ev = KvEvictor::create(o, trace);
+  auto ev = KvEvictor::create(o, trace, 0);
   EXPECT_TRUE(ev.ok()) << ev.status().message();
   return std::move(*ev);
 }
@@ -102,10 +102,22 @@ TEST(KvPolicy, RegistryAndValidation) {
   o.budget = 0.25;
   EXPECT_TRUE(validate(o).ok());
   // A fraction resolves against the trace and must still exceed the buffer.
-  auto ev = KvEvictor::create(o, 1000);
+  auto ev = KvEvictor::create(o, 1000, 600);
   ASSERT_TRUE(ev.ok());
   EXPECT_EQ((*ev)->budget(), 250);
-  EXPECT_FALSE(KvEvictor::create(o, 200).ok());
+  EXPECT_FALSE(KvEvictor::create(o, 200, 100).ok());
+  // Of the generated part: the prompt plus a quarter of the 400 tokens to generate.
+  o.budget_base = KvBudgetBase::kGenerated;
+  auto gen = KvEvictor::create(o, 1000, 600);
+  ASSERT_TRUE(gen.ok());
+  EXPECT_EQ((*gen)->budget(), 700);
+  // ceil(0.25 * 3) = 1: 61 does not exceed the buffer, and the message names the base.
+  auto small = KvEvictor::create(o, 63, 60);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("generated"), std::string::npos) << small.status().message();
+  EXPECT_EQ(parse_kv_budget_base("generated").value(), KvBudgetBase::kGenerated);
+  EXPECT_EQ(parse_kv_budget_base("trace").value(), KvBudgetBase::kTrace);
+  EXPECT_FALSE(parse_kv_budget_base("prompt").ok());
   o.policy = "full";
   o.budget = 0;
   EXPECT_TRUE(validate(o).ok());

@@ -45,7 +45,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   FRUGAL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(opts.sampling, static_cast<int32_t>(cfg.n_vocab)));
   const int32_t prompt_len = static_cast<int32_t>(prompt.size());
   const int32_t trace_len = opts.n_predict >= 0 ? std::min(n_ctx, prompt_len + opts.n_predict) : n_ctx;
-  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvEvictor> evictor, KvEvictor::create(opts.kv_policy, trace_len));
+  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvEvictor> evictor, KvEvictor::create(opts.kv_policy, trace_len, prompt_len));
   KvCacheOptions kvo = model.kv_options(1, evictor->capacity(prompt_len, n_ctx), opts.kv_dtype);
   kvo.quant = opts.kv_policy.quant;
   if (kvo.quant == KvQuant::kHyQuant) kvo.residual = 2 * kKvGroup + opts.n_batch;  // one prefill chunk
@@ -182,7 +182,8 @@ Result<uint64_t> parse_size(const std::string& name, const std::string& text) {
 
 std::vector<std::string> generate_option_names() {
   return {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
-          "kv-policy", "kv-budget", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant", "kv-memory"};
+          "kv-policy", "kv-budget", "kv-budget-of", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant",
+          "kv-memory"};
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value) {
@@ -221,6 +222,10 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
     FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.budget, parse_number(name, value));
     return ok_status();
   }
+  if (name == "kv-budget-of") {
+    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.budget_base, parse_kv_budget_base(value));
+    return ok_status();
+  }
   if (name == "kv-buffer") {
     FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.buffer, parse_int(name, value));
     return ok_status();
@@ -255,6 +260,9 @@ std::string describe_generate_options(const GenerateOptions& o) {
   std::string kv = k.policy == "full" ? std::string()
                                       : fmt::format(" kv-policy={} kv-budget={} kv-buffer={} kv-protect-prompt={}",
                                                     k.policy, k.budget, k.buffer, k.protect_prompt ? 1 : 0);
+  if (k.policy != "full" && k.budget > 0 && k.budget < 1 && k.budget_base != KvBudgetBase::kTrace) {
+    kv += fmt::format(" kv-budget-of={}", kv_budget_base_name(k.budget_base));
+  }
   if (k.quant != KvQuant::kNone) kv += fmt::format(" kv-quant={}", kv_quant_name(k.quant));
   if (k.memory > 0) kv += fmt::format(" kv-memory={}", k.memory);
   return fmt::format("kv-type={} temp={} top-k={} top-p={} min-p={} seed={} n-batch={} ctx-size={}{}",

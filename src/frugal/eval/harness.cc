@@ -52,7 +52,8 @@ Result<std::vector<float>> teacher_forced_logits(Model& model, Backend& backend,
   const size_t nv = static_cast<size_t>(model.config().n_vocab);
   const int32_t cap = static_cast<int32_t>(tokens.size()) + 1;
   FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvEvictor> evictor,
-                          KvEvictor::create(gen.kv_policy, static_cast<int32_t>(tokens.size())));
+                          KvEvictor::create(gen.kv_policy, static_cast<int32_t>(tokens.size()),
+                                            static_cast<int32_t>(n_context)));
   const int32_t n_ctx = static_cast<int32_t>(n_context);
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv,
                           KvCache::create(model.kv_options(1, evictor->capacity(n_ctx, cap), gen.kv_dtype)));

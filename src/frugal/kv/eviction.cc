@@ -69,7 +69,16 @@ Status validate(const KvPolicyOptions& o) {
   return ok_status();
 }
 
-Result<std::unique_ptr<KvEvictor>> KvEvictor::create(const KvPolicyOptions& o, int32_t trace_len) {
+Result<KvBudgetBase> parse_kv_budget_base(const std::string& name) {
+  if (name == "trace") return KvBudgetBase::kTrace;
+  if (name == "generated") return KvBudgetBase::kGenerated;
+  return error(ErrorCode::kInvalidArgument, "kv-budget-of: '{}' is not trace or generated", name);
+}
+
+const char* kv_budget_base_name(KvBudgetBase b) { return b == KvBudgetBase::kGenerated ? "generated" : "trace"; }
+
+Result<std::unique_ptr<KvEvictor>> KvEvictor::create(const KvPolicyOptions& o, int32_t trace_len,
+                                                     int32_t prompt_len) {
   FRUGAL_RETURN_IF_ERROR(validate(o));
   std::unique_ptr<KvEvictor> ev(new KvEvictor());
   ev->opts_ = o;
@@ -77,13 +86,19 @@ Result<std::unique_ptr<KvEvictor>> KvEvictor::create(const KvPolicyOptions& o, i
   ev->needs_ = ev->policy_->needs();
   ev->trace_len_ = trace_len;
   if (ev->needs_.evicts && o.budget > 0) {
-    const double b = o.budget < 1 ? std::ceil(o.budget * std::max(trace_len, 1)) : o.budget;
+    double b = o.budget;
+    if (o.budget < 1) {
+      const int32_t prompt = std::clamp(prompt_len, 0, std::max(trace_len, 0));
+      b = o.budget_base == KvBudgetBase::kGenerated
+              ? prompt + std::ceil(o.budget * std::max(trace_len - prompt, 1))
+              : std::ceil(o.budget * std::max(trace_len, 1));
+    }
     ev->stats_.budget = static_cast<int32_t>(std::min<double>(b, std::numeric_limits<int32_t>::max()));
     if (ev->stats_.budget <= o.buffer) {
       return error(ErrorCode::kInvalidArgument,
-                   "kv-budget {} of a {}-token trace is {} tokens, which does not exceed kv-buffer {} (lower the "
-                   "buffer or raise the budget)",
-                   o.budget, trace_len, ev->stats_.budget, o.buffer);
+                   "kv-budget {} of the {} ({}-token trace, {}-token prompt) is {} tokens, which does not exceed "
+                   "kv-buffer {} (lower the buffer or raise the budget)",
+                   o.budget, kv_budget_base_name(o.budget_base), trace_len, prompt_len, ev->stats_.budget, o.buffer);
     }
   }
   return ev;

@@ -17,10 +17,19 @@
 
 namespace frugal {
 
+// What a fractional kv-budget is a fraction of.
+enum class KvBudgetBase {
+  kTrace,      // the whole trace: prompt + tokens to generate
+  kGenerated,  // the generated part: budget = prompt + fraction x tokens to generate (the prompt
+               // fits, so with prompt protection only the generated trace is thinned, as in the
+               // Random Attention paper's reasoning traces)
+};
+
 struct KvPolicyOptions {
   std::string policy = "full";  // a name from kv_policy_names()
   double budget = 0;            // >= 1: tokens per (layer, KV head); in (0, 1): that fraction of the
-                                // trace (prompt + tokens to generate); 0: none (only for `full`)
+                                // trace or of its generated part (budget_base); 0: none (only `full`)
+  KvBudgetBase budget_base = KvBudgetBase::kTrace;
   int32_t buffer = 64;          // newest tokens never evicted; also the round period in steps
   bool protect_prompt = false;  // prompt tokens are kept, counted inside the budget
   uint64_t seed = 0;            // for `random`
@@ -32,6 +41,9 @@ struct KvPolicyOptions {
 
 // Checks the name and the numbers without a model (fails at configuration, not mid-run).
 Status validate(const KvPolicyOptions& o);
+// "trace" / "generated" <-> KvBudgetBase.
+Result<KvBudgetBase> parse_kv_budget_base(const std::string& name);
+const char* kv_budget_base_name(KvBudgetBase b);
 
 struct KvEvictionStats {
   int32_t budget = 0;            // tokens per (layer, KV head), resolved from a fraction
@@ -44,8 +56,9 @@ struct KvEvictionStats {
 
 class KvEvictor {
  public:
-  // trace_len: prompt plus tokens to generate, the base of a fractional budget.
-  static Result<std::unique_ptr<KvEvictor>> create(const KvPolicyOptions& o, int32_t trace_len);
+  // trace_len: prompt plus tokens to generate; with prompt_len, the base of a fractional budget.
+  static Result<std::unique_ptr<KvEvictor>> create(const KvPolicyOptions& o, int32_t trace_len,
+                                                   int32_t prompt_len);
   ~KvEvictor();
 
   bool evicts() const { return needs_.evicts; }
