@@ -15,7 +15,7 @@ namespace {
 struct EvalArgs {
   std::string model;
   std::vector<std::string> tasks;
-  std::vector<int64_t> lengths{512};
+  std::vector<int64_t> lengths = eval::EvalSuite{}.lengths;
   int n = 200;
   uint64_t seed = 0;
   std::string split = "test";
@@ -108,7 +108,7 @@ int eval_cmd(const EvalArgs& a) {
   } else {
     for (const auto& v : sweep_values) {
       eval::EvalConfig c = config;
-      (void)set_generate_option(c.gen, sweep_name, v);
+      (void)set_generate_option(c.gen, sweep_name, v);  // checked above
       c.label = sweep_name + "=" + v;
       configs.push_back(c);
     }

@@ -51,10 +51,11 @@ TEST_P(ModelFiles, VocabularyIsTheTaskAlphabet) {
 }
 
 // The default model solves every family at its trained length through the same path as
-// `frugal eval` (CPU backend, F16 cache, greedy). models/README.md measured 97-100% per family at
-// L=256 with n = 200; at that accuracy 20 examples score 17 or more with probability above 0.99
-// (binomial, p = 0.97), while a model at the old 41% on word_count passes with probability below
-// 1e-6. Test seeds 1000.. are apart from the model card's 0..199.
+// `frugal eval` (CPU backend, F16 cache, greedy). models/README.md measured 98.0-100% per family at
+// L=256 with n = 200 (test seeds 0-199); at p = 0.98 20 examples score 17 or more with probability
+// above 0.999 (binomial), and even at the 95% bar with probability 0.98, while a model at 41% (an
+// earlier default model's word_count) passes with probability below 1e-4. Test seeds 1000.. are
+// apart from the model card's 0..199.
 TEST(DefaultModel, SolvesEveryFamilyAtItsTrainedLength) {
   const std::string path = std::string(FRUGAL_SOURCE_DIR) + "/models/default.gguf";
   auto file = GgufFile::open(path);

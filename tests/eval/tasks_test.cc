@@ -312,6 +312,11 @@ TEST(WordCount, ScratchpadWalksTheNumberedSightings) {
         const std::string name = q.substr(p, 4);
         ASSERT_GE(counts[name], 1);
         ASSERT_LE(counts[name], 9);
+        // One summary line per asked word, in the question's order.
+        expected += name;
+        expected += ' ';
+        expected += std::to_string(counts[name]);
+        expected += '\n';
         if (!final_answer.empty()) final_answer += ' ';
         final_answer += std::to_string(counts[name]);
       }

@@ -127,6 +127,8 @@ Result<EvalReport> run_eval(Model& model, const Tokenizer& tok, Backend& backend
         r.prompt_tokens = static_cast<int64_t>(prompt.size());
         r.generated_tokens = static_cast<int64_t>(gr.tokens.size());
         r.timings = gr.timings;
+        r.kv_rounds = gr.kv_eviction.rounds;
+        r.kv_round_ms = gr.kv_eviction.round_ms;
         rep.peak_kv_bytes = std::max(rep.peak_kv_bytes, gr.kv_bytes);
         if (reference != nullptr && i < suite.kl_examples && !answer.empty()) {
           std::vector<TokenId> all = prompt;
@@ -243,7 +245,8 @@ std::string report_json(const std::vector<EvalReport>& reports) {
                                 {"full_match", e.full_match}, {"expected", e.expected}, {"extracted", e.extracted},
                                 {"completion", e.completion}, {"prompt_tokens", e.prompt_tokens},
                                 {"generated_tokens", e.generated_tokens}, {"prefill_ms", e.timings.prefill_ms},
-                                {"decode_ms", e.timings.decode_ms}, {"kl", e.kl}, {"top1", e.top1}});
+                                {"decode_ms", e.timings.decode_ms}, {"kl", e.kl}, {"top1", e.top1},
+                                {"kv_rounds", e.kv_rounds}, {"kv_round_ms", e.kv_round_ms}});
     }
     out.push_back(jr);
   }

@@ -2,8 +2,10 @@
 // filler, next to distractor code words that are not asked for. Every sighting of a code word is
 // numbered (#1, #2, ... in prompt order), so the model can walk them in its scratchpad one lookup
 // per line: line k copies sighting #k and that word's running count (its previous line's count plus
-// one), and the final answer reads each asked word's last count. Every sighting matters, so the
-// answer depends on content spread over the whole prompt.
+// one). Then one summary line per asked word, in the question's order ("ZORP 3": the word, then its
+// last running count), so that each line is again a single lookup; the final answer copies the
+// summary counts. Every sighting matters, so the answer depends on content spread over the whole
+// prompt.
 #include <algorithm>
 
 #include "frugal/eval/tasks/families.h"
@@ -19,6 +21,9 @@ constexpr int64_t kMaxCount = 9;
 // Characters per sighting: the prompt item "#12 ZORP." plus its separator, and the scratchpad
 // line "#12 ZORP 3\n".
 constexpr int64_t kSightingChars = 21;
+// Characters per asked word besides its sightings: its name in the question ("ZORP, "), its
+// summary line ("ZORP 3\n") and its count in the final answer ("3 ").
+constexpr int64_t kAskedWordChars = 6 + 7 + 2;
 
 class WordCountTask final : public TaskGenerator {
  public:
@@ -40,7 +45,7 @@ class WordCountTask final : public TaskGenerator {
     const int64_t distractors = param_or_draw(ctx, "distractors", rng, 0, 2);
     const int64_t n = words + distractors;
     // Sightings that fit while a fifth of the length stays filler.
-    const int64_t room = (ctx.length * 4 / 5 - 49 - 17 * words) / kSightingChars;
+    const int64_t room = (ctx.length * 4 / 5 - 49 - kAskedWordChars * words) / kSightingChars;
     const int64_t max_count = ctx.param("max_count")
                                   ? *ctx.param("max_count")
                                   : std::clamp<int64_t>(room / n, 1, kMaxCount);
@@ -71,11 +76,22 @@ class WordCountTask final : public TaskGenerator {
         final_answer += ' ';
       }
       parts.question += names[i];
+      parts.answer += names[i] + " " + std::to_string(counts[i]) + "\n";
       final_answer += std::to_string(counts[i]);
     }
     parts.question += '.';
     parts.answer += "A: " + final_answer;
-    return finish_draft(parts, ctx, name(), std::nullopt, final_answer);
+    auto draft = finish_draft(parts, ctx, name(), std::nullopt, final_answer);
+    // The split is decided by the lowest bit of an FNV-1a hash of the content, which is the parity
+    // of the number of odd bytes. In this format every name, sighting number and final count occurs
+    // an even number of times, so when every count is 1 (short lengths) that parity is fixed and
+    // one split could never be drawn. One more copy of the first asked name makes it depend on the
+    // name's letters.
+    if (draft.ok()) {  // appended piece by piece: GCC 12's -Wrestrict misfires on char + string
+      draft->content += '\x1d';
+      draft->content += names[0];
+    }
+    return draft;
   }
 };
 
