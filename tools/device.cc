@@ -16,7 +16,11 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& device, int thr
 #ifdef FRUGAL_HAVE_CUDA
     CudaBackendOptions o;
     o.cpu_threads = threads;
-    return make_cuda_backend(o);
+    // Every failure here returns a Status that the subcommand prints before exiting 1; the context
+    // says which step failed (there is no exit() on this path: see bench/cuda_notes.md, run 1).
+    auto be = make_cuda_backend(o);
+    if (!be.ok()) return be.status().with_context("--device cuda");
+    return be;
 #else
     return error(ErrorCode::kNotSupported, "--device cuda: this build has no CUDA backend (nvcc was not found)");
 #endif
@@ -40,8 +44,9 @@ GpuStatus gpu_status() {
 
 Result<GpuRoofline> measure_gpu_roofline() {
 #ifdef FRUGAL_HAVE_CUDA
-  FRUGAL_ASSIGN_OR_RETURN(cuda::Roofline r, cuda::measure_roofline(2ull << 30, 8192, 10));
-  return GpuRoofline{r.copy_bytes_per_s, r.bf16_flops};
+  auto r = cuda::measure_roofline(2ull << 30, 8192, 10);
+  if (!r.ok()) return r.status().with_context("--roofline");
+  return GpuRoofline{r->copy_bytes_per_s, r->bf16_flops};
 #else
   return error(ErrorCode::kNotSupported, "this build has no CUDA backend");
 #endif

@@ -3,6 +3,7 @@
 // decoding token-identical to the CPU backend on real models. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,41 @@ namespace fs = std::filesystem;
     auto info = cuda::device_info();                                        \
     if (!info.ok()) GTEST_SKIP() << "no GPU: " << info.status().message(); \
   } while (0)
+
+// Run 1 on the H200 ended this binary with status 1 in the middle of the first test and kept no
+// message. So: stdout unbuffered (a dying process loses no line), and exit() before the end of
+// the run or a fatal signal prints the current step and a backtrace on stderr
+// (cuda::install_exit_trace). The steps are also printed when FRUGAL_CUDA_TRACE=1.
+// setvbuf runs at static initialization, before gtest_main's first line (it must precede any
+// output on the stream); the trace is installed when the tests start, so --gtest_list_tests (build-time
+// test discovery) ends quietly.
+[[maybe_unused]] const int kStdoutUnbuffered = std::setvbuf(stdout, nullptr, _IONBF, 0);
+class TraceEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { cuda::install_exit_trace("cuda_tests"); }
+  void TearDown() override { cuda::finish_exit_trace(); }
+};
+[[maybe_unused]] const auto* const kTraceEnv = ::testing::AddGlobalTestEnvironment(new TraceEnvironment);
+
+void trace_step(const std::string& s) {
+  cuda::set_trace_step(s.c_str());
+  if (const char* t = std::getenv("FRUGAL_CUDA_TRACE"); t != nullptr && std::atoi(t) >= 1) {
+    std::fprintf(stderr, "cuda_tests step: %s\n", s.c_str());
+  }
+}
+
+// FRUGAL_CUDA_TEST_TYPES=Q8_0,Q4_K (any case) limits the per-type tests to those types (one
+// process per type isolates a failure); unset: all.
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+bool type_selected(const std::string& name) {
+  const char* e = std::getenv("FRUGAL_CUDA_TEST_TYPES");
+  if (e == nullptr || *e == 0) return true;
+  const std::string list = "," + upper(e) + ",";
+  return list.find("," + upper(name) + ",") != std::string::npos;
+}
 
 double rel_l2(const std::vector<float>& a, const std::vector<double>& ref) {
   double num = 0, den = 0;
@@ -74,6 +110,9 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
   std::mt19937 rng(7);
   for (DType type : kTypes) {
     const int64_t rows = 37, cols = 512;  // odd row count: partial blocks of rows
+    // Weights and inputs are drawn for every type, selected or not, so a selected type sees the
+    // same data as in a full run.
+    const bool selected = type_selected(std::string(dtype_name(type)));
     Quantized q = make_weight(type, rows, cols, rng);
     for (int64_t n : {1, 3, 8, 17}) {
       std::normal_distribution<float> nd(0.f, 1.f);
@@ -87,9 +126,11 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
           ref[t * rows + r] = s;
         }
       }
+      if (!selected) continue;
       std::vector<float> y(ref.size());
+      trace_step("matmul " + std::string(dtype_name(type)) + " n=" + std::to_string(n));
       Status st = cuda::matmul_on_device(q.w, x.data(), n, y.data());
-      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_TRUE(st.ok()) << dtype_name(type) << " n=" << n << ": " << st.to_string();
       // cuBLAS path: activations rounded to F16 (BF16 for BF16 weights); Q5_K goes through F16.
       // GEMV: float32 math on exact weights, activations rounded to the weight's type for F16
       // and BF16 (as the CPU backend does); cuBLAS: activations rounded to F16 (BF16 for BF16).
@@ -110,10 +151,12 @@ TEST(CudaKernels, GetRowsMatchesReferencePerType) {
   std::mt19937 rng(11);
   for (DType type : kTypes) {
     Quantized q = make_weight(type, 29, 256, rng);
+    if (!type_selected(std::string(dtype_name(type)))) continue;
     const std::vector<int32_t> ids = {28, 0, 5, 5, 17};
     std::vector<float> y(ids.size() * 256);
+    trace_step("get_rows " + std::string(dtype_name(type)));
     Status st = cuda::get_rows_on_device(q.w, ids.data(), static_cast<int64_t>(ids.size()), y.data());
-    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(st.ok()) << dtype_name(type) << ": " << st.to_string();
     std::vector<double> ref(y.size());
     for (size_t i = 0; i < ids.size(); ++i) {
       for (int c = 0; c < 256; ++c) ref[i * 256 + c] = q.deq[static_cast<size_t>(ids[i]) * 256 + c];
@@ -152,8 +195,9 @@ void compare_logits(const std::string& path, double bound, const std::string& la
   for (int step = 0; step < 5; ++step) {
     std::vector<float> lc(static_cast<size_t>(b.n_logits() * nv)), lg(lc.size(), NAN);
     ASSERT_TRUE(m.forward(b, *kv_c, *cpu, lc.data()).ok());
+    trace_step("logits " + label + " step " + std::to_string(step) + " (" + std::to_string(b.size()) + " tokens)");
     Status st = m.forward(b, *kv_g, **gpu, lg.data());
-    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(st.ok()) << label << " step " << step << ": " << st.to_string();
     const std::vector<double> ref(lc.begin(), lc.end());
     const double err = rel_l2(lg, ref);
     worst = std::max(worst, err);
@@ -178,6 +222,7 @@ TEST(CudaModel, LogitsMatchCpuPerType) {
   const TypeBound cases[] = {{"F32", 5e-4}, {"F16", 5e-3}, {"BF16", 2e-2}, {"Q8_0", 2e-2},
                              {"Q4_0", 4e-2}, {"Q4_K", 4e-2}, {"Q6_K", 2e-2}, {"Q4_K_M", 4e-2}};
   for (const auto& c : cases) {
+    if (!type_selected(c.type)) continue;
     auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
     ASSERT_TRUE(opts.ok());
     opts->weight_type = c.type;
@@ -229,7 +274,9 @@ void check_greedy(const std::string& path) {
   // 7 tokens: below 8 both backends round F16 activations alike (the CPU keeps F32 from 8 on,
   // the GPU's cuBLAS path rounds to F16 past 8).
   const auto prompt = prompt_tokens((*model)->config().n_vocab, 7, 5);
+  trace_step("greedy " + path + " on the CPU");
   const auto a = greedy(**model, *cpu, prompt, 48);
+  trace_step("greedy " + path + " on the GPU");
   const auto g = greedy(**model, **gpu, prompt, 48);
   ASSERT_EQ(a.size(), 48u);
   int first_diff = -1;
@@ -267,7 +314,8 @@ TEST(CudaModel, BatchedDecodeMatchesSingleSequences) {
   ASSERT_TRUE(model.ok());
   Model& m = **model;
   auto gpu = make_cuda_backend();
-  ASSERT_TRUE(gpu.ok());
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  trace_step("batched decode");
   const int64_t nv = m.config().n_vocab;
   const auto p0 = prompt_tokens(nv, 7, 1), p1 = prompt_tokens(nv, 12, 2);
   std::vector<float> single[2];

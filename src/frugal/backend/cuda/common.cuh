@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include <cublas_v2.h>
@@ -18,23 +19,82 @@ namespace frugal::cuda {
 inline std::string str(const std::string& s) { return s; }
 inline std::string str(const char* s) { return s; }
 inline std::string str(int64_t v) { return std::to_string(v); }
+inline std::string str(uint64_t v) { return std::to_string(v); }  // size_t
 inline std::string str(int v) { return std::to_string(v); }
+inline std::string str(unsigned v) { return std::to_string(v); }
 template <typename... A>
-Status fail(ErrorCode code, const A&... parts) {
+std::string cat(const A&... parts) {
   std::string m;
   ((m += str(parts)), ...);
-  return Status(code, m);
+  return m;
 }
+template <typename... A>
+Status fail(ErrorCode code, const A&... parts) {
+  return Status(code, cat(parts...));
+}
+// Every message names the call, the status's symbolic name, its text and its number: run 1 on the
+// H200 lost its only clue to a message that gave a bare cuBLAS number.
 inline Status cuda_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return ok_status();
-  return fail(ErrorCode::kIo, "cuda: ", what, ": ", cudaGetErrorString(e));
+  return fail(ErrorCode::kIo, "cuda: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ", error ",
+              static_cast<int>(e), ")");
 }
-inline Status cublas_status(cublasStatus_t e, const char* what) {
-  if (e == CUBLAS_STATUS_SUCCESS) return ok_status();
-  return fail(ErrorCode::kIo, "cublas: ", what, ": status ", static_cast<int>(e));
-}
+// cuBLAS is opened with dlopen the first time the backend needs it, not linked: a linked libcublas
+// (and the libcublasLt it pulls in) is mapped and initialised in every frugal process, which made
+// ~150 MB resident before main() even on CPU-only runs (`frugal --help`: 225 MB). Only the entry
+// points below are used; the types come from cublas_v2.h.
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
+  // The exported cublasGemmEx (cublasComputeType_t); the header's inline overload taking a
+  // cudaDataType compute type is not in the library.
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  decltype(&cublasGetStatusName) status_name = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+};
+// Opens libcublas.so.<major it was compiled against> once; kNotSupported names the library and the
+// loader's reason when it is missing or lacks an entry point (cublas_loader.cu).
+Result<const CublasApi*> load_cublas();
+// The table; its entries are set only after load_cublas() succeeded.
+const CublasApi& cublas();
+Status cublas_status(cublasStatus_t e, const char* what);
 #define FRUGAL_CUDA(expr) FRUGAL_RETURN_IF_ERROR(::frugal::cuda::cuda_status((expr), #expr))
 #define FRUGAL_CUBLAS(expr) FRUGAL_RETURN_IF_ERROR(::frugal::cuda::cublas_status((expr), #expr))
+
+// Diagnostics (ops.cu), all off unless asked for, so a normal run is unchanged:
+// - FRUGAL_CUDA_TRACE=1 prints the backend's setup phases (upload, cache, buffers, graph capture) and
+//   the test hooks' steps on stderr; =2 also every forward step. The current phase is also kept for
+//   the exit/signal trace (cuda_backend.h: install_exit_trace).
+// - FRUGAL_CUDA_SYNC=1 synchronizes the stream after every kernel launch made outside graph capture
+//   (graphs are then off), so an asynchronous fault (illegal address, trap) is reported against the
+//   kernel that caused it instead of at the step's final synchronization.
+int trace_level();
+bool sync_each_launch();
+void set_phase_text(const std::string& phase);  // kept in a fixed buffer for the signal handler
+const char* phase_text();
+template <typename... A>
+void trace(int level, const A&... parts) {
+  if (trace_level() < level) return;
+  const std::string m = cat(parts...);
+  set_phase_text(m);
+  std::fprintf(stderr, "cuda trace: %s\n", m.c_str());
+  std::fflush(stderr);
+}
+
+// Every launcher ends with after_launch: a failed launch (bad configuration, no kernel image for
+// this GPU, or a sticky fault left by earlier work) is printed on stderr at once, naming the kernel
+// and its geometry, and kept until take_launch_error(); kernel launches have no status of their own.
+// With FRUGAL_CUDA_SYNC=1 it also waits for the kernel and checks how it ended.
+void after_launch(const char* kernel, dim3 grid, dim3 block, cudaStream_t s);
+void record_launch_error(const std::string& message);  // the same for errors found before a launch
+Status take_launch_error();
+// Blocks for `total` threads of `per` per block; an error is recorded (and 0 returned: the caller
+// launches nothing) when the count does not fit a 1-D grid.
+unsigned blocks_1d(int64_t total, int per, const char* kernel);
 
 // A weight matrix in device memory. `type` is the device layout: Q8_0 and Q4_0 are split at upload
 // into codes (`data`, [rows][cols] int8 or [rows][cols/2] nibble bytes, blocks in file order) and

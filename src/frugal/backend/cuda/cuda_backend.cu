@@ -5,9 +5,13 @@
 #include "frugal/backend/cuda/cuda_backend.h"
 
 #include <cuda_bf16.h>
+#include <execinfo.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -101,15 +105,16 @@ class Gemm {
  public:
   Status init(cudaStream_t s) {
     stream_ = s;
-    FRUGAL_CUBLAS(cublasCreate(&handle_));
-    FRUGAL_CUBLAS(cublasSetStream(handle_, s));
+    FRUGAL_RETURN_IF_ERROR(load_cublas().status());
+    FRUGAL_CUBLAS(cublas().create(&handle_));
+    FRUGAL_CUBLAS(cublas().set_stream(handle_, s));
     FRUGAL_CUDA(cudaMalloc(&workspace_, kCublasWorkspace));
     // A fixed workspace lets cuBLAS run inside graph capture without allocating.
-    FRUGAL_CUBLAS(cublasSetWorkspace(handle_, workspace_, kCublasWorkspace));
+    FRUGAL_CUBLAS(cublas().set_workspace(handle_, workspace_, kCublasWorkspace));
     return ok_status();
   }
   ~Gemm() {
-    if (handle_ != nullptr) cublasDestroy(handle_);
+    if (handle_ != nullptr) cublas().destroy(handle_);
     cudaFree(workspace_);
     cudaFree(dq_);
     cudaFree(act_);
@@ -202,6 +207,12 @@ class Gemm {
         // its dot products (from 8 on it keeps them in F32); doing the same keeps greedy
         // decoding token-identical.
         const int64_t xn = static_cast<int64_t>(n) * cols;
+        if (act_ == nullptr || static_cast<size_t>(xn) > act_cap_) {
+          // reserve() was not called for this many tokens: writing act_ would run past it.
+          set_error(cat("cuda: activation scratch holds ", static_cast<uint64_t>(act_cap_), " floats, ", n, " x ",
+                        cols, " needed (Gemm::reserve not called for this batch)"));
+          return x;
+        }
         if (rounded_src_ != x || rounded_type_ != type || rounded_n_ != xn) {
           launch_round(x, xn, static_cast<float*>(act_), type == DType::kBF16, stream_);
           rounded_src_ = x;
@@ -222,6 +233,25 @@ class Gemm {
     cudaDataType at = CUDA_R_32F, bt = CUDA_R_32F;
     int64_t lda = w.row_stride / 4;
     const int64_t xn = static_cast<int64_t>(n) * w.cols;
+    // Scratch checks before anything is enqueued: the dequantized weight needs rows x cols halves
+    // in dq_, the 2-byte activations n x cols in act_. Without them a batch larger than the one
+    // reserve() saw, or a product before reserve(), wrote past the scratch (or to null) and
+    // surfaced, if at all, as a fault in a later kernel or in cuBLAS.
+    const bool quantized = w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16;
+    if (quantized && (dq_ == nullptr || static_cast<size_t>(w.rows * w.cols) > dq_cap_)) {
+      set_error(cat("cuda: dequantization scratch holds ", static_cast<uint64_t>(dq_cap_), " halves, the ",
+                    w.rows, " x ", w.cols, " weight needs ", w.rows * w.cols, " (Gemm::reserve not called after upload)"));
+      return;
+    }
+    if (w.type != DType::kF32 && (act_ == nullptr || static_cast<size_t>(xn) > act_cap_)) {
+      set_error(cat("cuda: activation scratch holds ", static_cast<uint64_t>(act_cap_), " floats, ", n, " x ", w.cols,
+                    " needed (Gemm::reserve not called for this batch)"));
+      return;
+    }
+    if (w.rows > INT32_MAX || w.cols > INT32_MAX || lda > INT32_MAX) {
+      set_error(cat("cuda: cublasGemmEx: weight ", w.rows, " x ", w.cols, " exceeds int dimensions"));
+      return;
+    }
     switch (w.type) {
       case DType::kF32:
         break;
@@ -246,22 +276,43 @@ class Gemm {
         b = act_;
         break;
     }
-    const cublasStatus_t st = cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n,
+    if (trace_level() >= 3) {
+      trace(3, "cublasGemmEx(T, N, m ", w.rows, ", n ", n, ", k ", w.cols, ", lda ", lda, ", weight ",
+            std::string(dtype_name(w.type)), ")");
+    }
+    const cublasStatus_t st = cublas().gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n,
                                            static_cast<int>(w.cols), &alpha, a, at, static_cast<int>(lda), b, bt,
                                            static_cast<int>(w.cols), &beta, y, CUDA_R_32F, static_cast<int>(w.rows),
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS && err_.ok()) err_ = cublas_status(st, "cublasGemmEx");
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      // The whole call, so the message alone says which product failed.
+      set_error(cublas_status(st, "cublasGemmEx").message() +
+                cat(" [OP_T, OP_N, m ", w.rows, ", n ", n, ", k ", w.cols, ", lda ", lda, ", ldb ", w.cols, ", ldc ",
+                    w.rows, ", A/B type ", static_cast<int>(at), ", C CUDA_R_32F, CUBLAS_COMPUTE_32F, weight ",
+                    std::string(dtype_name(w.type)), "]"));
+    }
+    if (sync_each_launch()) after_launch("cublasGemmEx", dim3(1), dim3(1), stream_);
     if (bias != nullptr) launch_add_bias(y, bias, n, w.rows, stream_);
+  }
+
+  // The first error of a step is kept (later ones are usually its consequences) and printed at once.
+  void set_error(const std::string& m) {
+    if (!err_.ok()) return;
+    err_ = Status(ErrorCode::kIo, m);
+    std::fprintf(stderr, "%s\n", m.c_str());
+    std::fflush(stderr);
   }
 
  public:
   // The buffer behind `x` pointers passed so far was rewritten: round again on next use.
   void new_input() { rounded_src_ = nullptr; }
 
+  // This object's first error, else the first failed kernel launch (common.cuh: after_launch).
   Status take_error() {
     Status s = err_;
     err_ = ok_status();
-    return s;
+    Status l = take_launch_error();
+    return s.ok() ? l : s;
   }
   cublasHandle_t handle() const { return handle_; }
 
@@ -306,8 +357,12 @@ class CudaBackend final : public Backend {
     drop_graphs();
     if (stream_ != nullptr) {
       // cuBLAS outlives the stream (members go after this body): detach it first.
-      if (gemm_.handle() != nullptr) cublasSetStream(gemm_.handle(), nullptr);
-      cudaStreamSynchronize(stream_);
+      if (gemm_.handle() != nullptr) cublas().set_stream(gemm_.handle(), nullptr);
+      // A fault of the last step that nothing checked shows up here: say so rather than exit quietly.
+      const cudaError_t e = cudaStreamSynchronize(stream_);
+      if (e != cudaSuccess && e != cudaErrorCudartUnloading) {
+        std::fprintf(stderr, "%s\n", cuda_status(e, "~CudaBackend: cudaStreamSynchronize").message().c_str());
+      }
       cudaStreamDestroy(stream_);
     }
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
@@ -321,6 +376,11 @@ class CudaBackend final : public Backend {
     if (g != nullptr && std::strcmp(g, "0") == 0) opts_.graphs = false;
     const char* f = std::getenv("FRUGAL_CUDA_FUSE");
     if (f != nullptr && std::strcmp(f, "0") == 0) gemm_.set_fuse(false);
+    // Per-launch synchronization cannot happen inside graph capture.
+    if (sync_each_launch()) opts_.graphs = false;
+    trace(1, "backend ready on device ", opts_.device, ": graphs ", opts_.graphs ? "on" : "off", ", fuse ",
+          (f != nullptr && std::strcmp(f, "0") == 0) ? "off" : "on", ", sync each launch ",
+          sync_each_launch() ? "on" : "off");
     return ok_status();
   }
 
@@ -453,6 +513,8 @@ Status CudaBackend::ensure_kv(const KvCacheOptions& o) {
   kv_.head_dim = static_cast<int>(cfg_.head_dim);
   kv_.capacity = o.capacity;
   const size_t elems = static_cast<size_t>(kv_.n_layer) * o.n_seq * kv_.n_head_kv * o.capacity * kv_.head_dim;
+  trace(1, "kv cache: ", o.n_seq, " sequences x ", o.capacity, " tokens, ", static_cast<uint64_t>(4 * elems),
+        " bytes");
   FRUGAL_RETURN_IF_ERROR(state_.alloc(elems, &kv_.k));
   FRUGAL_RETURN_IF_ERROR(state_.alloc(elems, &kv_.v));
   FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(o.n_seq) * o.capacity, &kv_.pos));
@@ -467,6 +529,7 @@ Status CudaBackend::ensure_buffers(int64_t n) {
   // arena until the cache changes shape (growth is rare: a few sizes per run).
   drop_graphs();
   const int64_t cap = std::max<int64_t>(n, 8);
+  trace(1, "buffers for ", cap, " tokens");
   const ModelConfig& c = cfg_;
   const auto sz = [cap](int64_t per) { return static_cast<size_t>(cap * per); };
   Buffers b;
@@ -604,17 +667,27 @@ void CudaBackend::enqueue(int n, int n_out) {
 // The step as a graph, or null (graphs then turn off for this backend, with one warning) when
 // capture fails: the step still runs, eagerly.
 cudaGraphExec_t CudaBackend::capture(int n, int n_out) {
+  trace(1, "graph capture: ", n, " tokens, ", n_out, " logit rows");
   cudaGraph_t g = nullptr;
   cudaGraphExec_t exec = nullptr;
+  const char* step = "cudaStreamBeginCapture";
   cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
   if (e == cudaSuccess) {
     enqueue(n, n_out);
+    step = "cudaStreamEndCapture";
     e = cudaStreamEndCapture(stream_, &g);
   }
-  if (e == cudaSuccess && gemm_.take_error().ok()) e = cudaGraphInstantiate(&exec, g, 0);
+  // A product that failed while being captured (cuBLAS, scratch) used to be dropped here with the
+  // message "graph capture failed (no error)": keep its text.
+  Status gst = gemm_.take_error();
+  if (e == cudaSuccess && gst.ok()) {
+    step = "cudaGraphInstantiate";
+    e = cudaGraphInstantiate(&exec, g, 0);
+  }
   if (g != nullptr) cudaGraphDestroy(g);
   if (e != cudaSuccess || exec == nullptr) {
-    std::fprintf(stderr, "cuda: graph capture failed (%s); running steps without graphs\n", cudaGetErrorString(e));
+    const std::string why = e != cudaSuccess ? cuda_status(e, step).message() : gst.message();
+    std::fprintf(stderr, "cuda: graph capture failed (%s); running steps without graphs\n", why.c_str());
     (void)cudaGetLastError();
     if (exec != nullptr) cudaGraphExecDestroy(exec);
     opts_.graphs = false;
@@ -627,13 +700,19 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
   if (kv.quantized()) {
     return fail(ErrorCode::kNotSupported, "cuda: quantized KV caches run on the CPU backend only");
   }
-  if (&model != model_) FRUGAL_RETURN_IF_ERROR(upload(model));
+  if (&model != model_) {
+    trace(1, "upload: ", model.config().n_layer, " layers, ", static_cast<uint64_t>(model.weights().bytes),
+          " bytes of weights (", model.describe_types(), ")");
+    FRUGAL_RETURN_IF_ERROR(upload(model));
+    trace(1, "upload done");
+  }
   FRUGAL_RETURN_IF_ERROR(ensure_kv(kv.options()));
   const int n = static_cast<int>(batch.size());
   FRUGAL_RETURN_IF_ERROR(ensure_buffers(n));
   int n_out = 0;
   FRUGAL_RETURN_IF_ERROR(prepare(batch, &n_out));
   const bool graph = opts_.graphs && n <= kGraphMaxTokens;
+  trace(2, "step: ", n, " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager");
   auto it = graphs_.find({n, n_out});
   if (graph && it != graphs_.end() && it->second != nullptr) {
     FRUGAL_CUDA(cudaGraphLaunch(it->second, stream_));
@@ -657,7 +736,13 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
     FRUGAL_CUDA(cudaMemcpyAsync(logits, buf_.logits, static_cast<size_t>(n_out) * cfg_.n_vocab * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
   }
-  FRUGAL_CUDA(cudaStreamSynchronize(stream_));
+  // A kernel that faults is reported here, by the step's synchronization: name the step's shape.
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) {
+    return fail(ErrorCode::kIo, cuda_status(e, "cudaStreamSynchronize (end of step)").message(), " [step of ", n,
+                " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager",
+                "; FRUGAL_CUDA_SYNC=1 names the kernel]");
+  }
   return true;
 }
 
@@ -667,7 +752,7 @@ struct OneShot {
   Gemm gemm;
   DeviceArena arena;
   ~OneShot() {
-    if (gemm.handle() != nullptr) cublasSetStream(gemm.handle(), nullptr);
+    if (gemm.handle() != nullptr) cublas().set_stream(gemm.handle(), nullptr);
     if (s != nullptr) cudaStreamDestroy(s);
   }
   Status init() {
@@ -718,8 +803,12 @@ Result<DeviceInfo> device_info(int device) {
 }
 
 Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y) {
+  const std::string what = cat("matmul_on_device ", std::string(dtype_name(w.type)), " ", w.rows, "x", w.cols, " n=", n,
+                               n <= kGemvMaxTokens ? " (GEMV)" : " (cuBLAS)");
+  trace(1, what, ": stream, cuBLAS handle");
   OneShot o;
   FRUGAL_RETURN_IF_ERROR(o.init());
+  trace(1, what, ": upload");
   DevWeight dw;
   FRUGAL_RETURN_IF_ERROR(o.gemm.upload(w, "test", o.arena, &dw));
   FRUGAL_RETURN_IF_ERROR(o.gemm.reserve(n));
@@ -729,15 +818,19 @@ Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float*
   FRUGAL_CUDA(cudaMemcpy(dx, x, static_cast<size_t>(n * w.cols) * 4, cudaMemcpyHostToDevice));
   // Poison the output so an unwritten element cannot pass.
   FRUGAL_CUDA(cudaMemset(dy, 0xFF, static_cast<size_t>(n * w.rows) * 4));
+  trace(1, what, ": product");
   o.gemm.run(dw, dx, static_cast<int>(n), dy, nullptr, false);
   FRUGAL_RETURN_IF_ERROR(o.gemm.take_error());
   FRUGAL_CUDA(cudaGetLastError());
+  trace(1, what, ": synchronize");
   FRUGAL_CUDA(cudaStreamSynchronize(o.s));
   FRUGAL_CUDA(cudaMemcpy(y, dy, static_cast<size_t>(n * w.rows) * 4, cudaMemcpyDeviceToHost));
+  trace(1, what, ": done");
   return ok_status();
 }
 
 Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) {
+  trace(1, "get_rows_on_device ", std::string(dtype_name(w.type)), " ", w.rows, "x", w.cols, " n=", n);
   OneShot o;
   FRUGAL_RETURN_IF_ERROR(o.init());
   DevWeight dw;
@@ -749,6 +842,7 @@ Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, 
   FRUGAL_CUDA(cudaMemcpy(di, ids, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
   FRUGAL_CUDA(cudaMemset(dy, 0xFF, static_cast<size_t>(n * w.cols) * 4));
   launch_get_rows(dw, di, static_cast<int>(n), dy, o.s);
+  FRUGAL_RETURN_IF_ERROR(take_launch_error());
   FRUGAL_CUDA(cudaGetLastError());
   FRUGAL_CUDA(cudaStreamSynchronize(o.s));
   FRUGAL_CUDA(cudaMemcpy(y, dy, static_cast<size_t>(n * w.cols) * 4, cudaMemcpyDeviceToHost));
@@ -756,6 +850,7 @@ Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, 
 }
 
 Result<Roofline> measure_roofline(uint64_t bytes, int dim, int reps) {
+  trace(1, "roofline: copies of ", bytes, " bytes, BF16 GEMM ", dim, "^3");
   OneShot o;
   FRUGAL_RETURN_IF_ERROR(o.init());
   Roofline r;
@@ -785,11 +880,12 @@ Result<Roofline> measure_roofline(uint64_t bytes, int dim, int reps) {
   FRUGAL_RETURN_IF_ERROR(o.arena.alloc(static_cast<size_t>(n) * 2, &mc));  // bf16 output
   fill_random_bf16<<<static_cast<unsigned>((n + 255) / 256), 256, 0, o.s>>>(ma, n, 1u);
   fill_random_bf16<<<static_cast<unsigned>((n + 255) / 256), 256, 0, o.s>>>(mb, n, 2u);
+  FRUGAL_CUDA(cudaGetLastError());
   const float alpha = 1.f, beta = 0.f;
   t.clear();
   for (int i = 0; i < reps + 3; ++i) {
     FRUGAL_CUDA(cudaEventRecord(e0, o.s));
-    FRUGAL_CUBLAS(cublasGemmEx(o.gemm.handle(), CUBLAS_OP_N, CUBLAS_OP_N, dim, dim, dim, &alpha, ma, CUDA_R_16BF, dim,
+    FRUGAL_CUBLAS(cublas().gemm_ex(o.gemm.handle(), CUBLAS_OP_N, CUBLAS_OP_N, dim, dim, dim, &alpha, ma, CUDA_R_16BF, dim,
                                mb, CUDA_R_16BF, dim, &beta, mc, CUDA_R_16BF, dim, CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT));
     FRUGAL_CUDA(cudaEventRecord(e1, o.s));
@@ -804,11 +900,85 @@ Result<Roofline> measure_roofline(uint64_t bytes, int dim, int reps) {
   return r;
 }
 
+namespace {
+
+// Exit/signal trace state. Written before the handlers can run; read in them with async-signal-safe
+// calls only (write, backtrace_symbols_fd).
+char g_who[64] = "";
+char g_step[256] = "";
+std::atomic<bool> g_exit_trace_on{false};
+std::atomic<bool> g_exit_finished{false};
+std::atomic<bool> g_expect_finish{true};
+
+void write_str(const char* s) {
+  const size_t n = std::strlen(s);
+  ssize_t r = ::write(2, s, n);
+  (void)r;
+}
+
+void print_trace(const char* what) {
+  write_str(g_who);
+  write_str(": ");
+  write_str(what);
+  if (g_step[0] != 0) {
+    write_str(" during [");
+    write_str(g_step);
+    write_str("]");
+  }
+  const char* phase = phase_text();
+  if (phase[0] != 0) {
+    write_str(", last cuda phase [");
+    write_str(phase);
+    write_str("]");
+  }
+  write_str("; stack (library+offset: addr2line -e LIB OFFSET):\n");
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, n, 2);
+}
+
+void on_exit_trace() {
+  if (!g_exit_trace_on.load() || g_exit_finished.load()) return;
+  print_trace(g_expect_finish.load()
+                  ? "exit() called before the normal end (the stack shows who ended the process)"
+                  : "exit() called (a normal end passes here too: when the frames below libc's exit lead "
+                    "straight to __libc_start_main, main returned; another library's frames there mean that "
+                    "library called exit)");
+}
+
+void on_fatal_signal(int sig) {
+  char m[] = "fatal signal 00";  // built by hand: snprintf is not async-signal-safe
+  m[13] = static_cast<char>('0' + (sig / 10) % 10);
+  m[14] = static_cast<char>('0' + sig % 10);
+  print_trace(m);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+}  // namespace
+
+void install_exit_trace(const char* who, bool expect_finish) {
+  std::snprintf(g_who, sizeof g_who, "%s", who);
+  g_expect_finish.store(expect_finish);
+  if (g_exit_trace_on.exchange(true)) return;
+  // backtrace() loads libgcc on first use, which must not happen inside a signal handler.
+  void* warm[1];
+  (void)backtrace(warm, 1);
+  std::atexit(on_exit_trace);
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) std::signal(sig, on_fatal_signal);
+}
+void finish_exit_trace() { g_exit_finished.store(true); }
+void set_trace_step(const char* step) { std::snprintf(g_step, sizeof g_step, "%s", step); }
+
 }  // namespace cuda
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opts) {
+  // FRUGAL_CUDA_TRACE=1: a process that ends without a message names the library that ended it.
+  if (cuda::trace_level() >= 1) cuda::install_exit_trace("frugal (cuda backend)", /*expect_finish=*/false);
   FRUGAL_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::device_info(opts.device));
-  (void)info;
+  cuda::trace(1, "device ", opts.device, ": ", info.name, ", cc ", info.cc_major, ".", info.cc_minor, ", ",
+              info.sm_count, " SMs, ", info.free_bytes, " of ", info.total_bytes, " bytes free, driver ",
+              info.driver_version, ", runtime ", info.runtime_version);
   CpuBackendOptions co;
   co.n_threads = opts.cpu_threads;
   auto be = std::make_unique<cuda::CudaBackend>(opts, make_cpu_backend(co));

@@ -60,5 +60,15 @@ struct Roofline {
 };
 Result<Roofline> measure_roofline(uint64_t bytes, int dim, int reps);
 
+// Diagnostics for a process that ends without a message (run 1 on the H200: status 1, empty
+// output). After install_exit_trace(who), exit() (before finish_exit_trace(), when expect_finish)
+// and the fatal signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) print "who: ..." with the step
+// set by set_trace_step, the backend's last traced phase and a backtrace (library+offset per frame)
+// on stderr. make_cuda_backend installs it when FRUGAL_CUDA_TRACE=1 (expect_finish false: every exit
+// prints); the CUDA tests always do. Nothing happens on a CPU-only path.
+void install_exit_trace(const char* who, bool expect_finish = true);
+void finish_exit_trace();
+void set_trace_step(const char* step);
+
 }  // namespace cuda
 }  // namespace frugal

@@ -302,25 +302,34 @@ void gemv_t(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s)
   g.first1 = blocks(g.w0);
   g.first2 = g.first1 + (g.n > 1 ? blocks(g.w1) : 0);
   const int total = g.first2 + (g.n > 2 ? blocks(g.w2) : 0);
+  if (total <= 0 || n <= 0) return;
   const dim3 grid(static_cast<unsigned>(total));
   const dim3 block(kGemvWarps * kWarp);
   if (n == 1) {
     gemv_kernel<T, 1><<<grid, block, 0, s>>>(g, x, 1, acc ? 1 : 0);
+    after_launch("gemv_kernel<NT=1>", grid, block, s);
   } else {
     gemv_kernel<T, 8><<<grid, block, 0, s>>>(g, x, n, acc ? 1 : 0);
+    after_launch("gemv_kernel<NT=8>", grid, block, s);
   }
 }
 
 template <DType T>
 void dequant_t(const DevWeight& w, __half* out, cudaStream_t s) {
   const int64_t total = Dec<T>::units(w.cols) * w.rows;
-  dequant_f16_kernel<T><<<static_cast<unsigned>((total + 255) / 256), 256, 0, s>>>(w, out);
+  const unsigned grid = blocks_1d(total, 256, "dequant_f16_kernel");
+  if (grid == 0) return;
+  dequant_f16_kernel<T><<<grid, 256, 0, s>>>(w, out);
+  after_launch("dequant_f16_kernel", dim3(grid), dim3(256), s);
 }
 
 template <DType T>
 void get_rows_t(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStream_t s) {
   const int64_t total = Dec<T>::units(w.cols) * n;
-  get_rows_kernel<T><<<static_cast<unsigned>((total + 255) / 256), 256, 0, s>>>(w, ids, n, y);
+  const unsigned grid = blocks_1d(total, 256, "get_rows_kernel");
+  if (grid == 0) return;
+  get_rows_kernel<T><<<grid, 256, 0, s>>>(w, ids, n, y);
+  after_launch("get_rows_kernel", dim3(grid), dim3(256), s);
 }
 
 // One switch over the device types, shared by the three launchers.
@@ -334,7 +343,11 @@ void dispatch(DType t, A&&... a) {
     case DType::kQ4_0: F<DType::kQ4_0>::run(a...); break;
     case DType::kQ4_K: F<DType::kQ4_K>::run(a...); break;
     case DType::kQ6_K: F<DType::kQ6_K>::run(a...); break;
-    default: break;  // upload_weight converts every other type to F16
+    default:
+      // Gemm::upload converts every other type on the host, so this is a programming error; it
+      // used to launch nothing and leave the output unwritten without a word.
+      record_launch_error(cat("cuda: no device kernel for weight type ", std::string(dtype_name(t))));
+      break;
   }
 }
 template <DType T>
@@ -399,10 +412,12 @@ Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, 
     FRUGAL_CUDA(cudaMalloc(&raw, total));
     Status st = cuda_status(cudaMalloc(&mem, codes + scales), "cudaMalloc");
     if (st.ok()) st = cuda_status(cudaMemcpyAsync(raw, host, total, cudaMemcpyHostToDevice, stream), "upload");
-    if (st.ok()) {
-      split_blocks_kernel<<<static_cast<unsigned>((n_blocks + 255) / 256), 256, 0, stream>>>(
-          raw, n_blocks, code_bytes, mem, reinterpret_cast<__half*>(mem + codes));
-      st = cuda_status(cudaStreamSynchronize(stream), "split blocks");
+    if (st.ok() && n_blocks > 0) {
+      const unsigned grid = blocks_1d(n_blocks, 256, "split_blocks_kernel");
+      split_blocks_kernel<<<grid, 256, 0, stream>>>(raw, n_blocks, code_bytes, mem,
+                                                   reinterpret_cast<__half*>(mem + codes));
+      st = cuda_status(cudaGetLastError(), "split_blocks_kernel launch");
+      if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "split_blocks_kernel (cudaStreamSynchronize)");
     }
     cudaFree(raw);
     if (!st.ok()) {

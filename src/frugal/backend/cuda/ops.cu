@@ -3,6 +3,10 @@
 #include <cuda_bf16.h>
 
 #include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
 
 #include "frugal/backend/cuda/common.cuh"
 
@@ -189,47 +193,146 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(KvDev kv,
   }
 }
 
-unsigned blocks_for(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
+unsigned blocks_for(int64_t n, int per, const char* kernel) { return blocks_1d(n, per, kernel); }
+
+// Diagnostics state (common.cuh). Environment variables are read once.
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : 0;
+}
+std::mutex g_launch_mu;
+std::string g_launch_error;  // first failed launch since the last take_launch_error()
+bool g_launch_printed = false;
+char g_phase[256] = "";  // last trace phase, read by the exit/signal trace
 
 }  // namespace
 
+void record_launch_error(const std::string& m) {
+  std::lock_guard<std::mutex> lock(g_launch_mu);
+  if (g_launch_error.empty()) g_launch_error = m;
+  // Printed at once (the first per process): a process that dies later still leaves the cause.
+  if (!g_launch_printed) {
+    g_launch_printed = true;
+    std::fprintf(stderr, "%s\n", m.c_str());
+    std::fflush(stderr);
+  }
+}
+
+int trace_level() {
+  static const int level = env_int("FRUGAL_CUDA_TRACE");
+  return level;
+}
+bool sync_each_launch() {
+  static const bool on = env_int("FRUGAL_CUDA_SYNC") != 0;
+  return on;
+}
+void set_phase_text(const std::string& phase) {
+  std::snprintf(g_phase, sizeof g_phase, "%s", phase.c_str());
+}
+const char* phase_text() { return g_phase; }
+
+void after_launch(const char* kernel, dim3 grid, dim3 block, cudaStream_t s) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    record_launch_error(cat("cuda: launch of ", kernel, " <<<(", grid.x, ",", grid.y, ",", grid.z, "), (", block.x, ",",
+                            block.y, ",", block.z, ")>>> failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
+                            ", error ", static_cast<int>(e), "; a sticky error may come from earlier work)"));
+    return;
+  }
+  if (!sync_each_launch()) return;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
+  const cudaError_t r = cudaStreamSynchronize(s);
+  if (r != cudaSuccess) {
+    record_launch_error(cat("cuda: ", kernel, " <<<(", grid.x, ",", grid.y, ",", grid.z, "), (", block.x, ",", block.y,
+                            ",", block.z, ")>>> failed while running (FRUGAL_CUDA_SYNC): ", cudaGetErrorName(r), " (",
+                            cudaGetErrorString(r), ", error ", static_cast<int>(r), ")"));
+  }
+}
+
+Status take_launch_error() {
+  std::lock_guard<std::mutex> lock(g_launch_mu);
+  if (g_launch_error.empty()) return ok_status();
+  Status st(ErrorCode::kIo, g_launch_error);
+  g_launch_error.clear();
+  return st;
+}
+
+unsigned blocks_1d(int64_t total, int per, const char* kernel) {
+  const int64_t b = (total + per - 1) / per;
+  if (b > 0x7FFFFFFF) {
+    record_launch_error(cat("cuda: ", kernel, ": ", total, " threads need ", b, " blocks (at most 2^31-1)"));
+    return 0;
+  }
+  return static_cast<unsigned>(b > 0 ? b : 0);
+}
+
+// Launches with nothing to do are skipped: an empty grid is a launch error in CUDA.
 void launch_rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
                      const int32_t* row_ids, cudaStream_t s) {
+  if (rows <= 0) return;
   const int threads = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 64);
-  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, w, dim, eps, y, row_ids);
+  const unsigned grid = blocks_1d(rows, 1, "rms_norm_kernel");
+  if (grid == 0) return;
+  rms_norm_kernel<<<grid, threads, 0, s>>>(x, w, dim, eps, y, row_ids);
+  after_launch("rms_norm_kernel", dim3(grid), dim3(threads), s);
 }
 void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s) {
-  to_half_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, n, y);
+  const unsigned grid = blocks_for(n, 256, "to_half_kernel");
+  if (grid == 0) return;
+  to_half_kernel<<<grid, 256, 0, s>>>(x, n, y);
+  after_launch("to_half_kernel", dim3(grid), dim3(256), s);
 }
 void launch_to_bf16(const float* x, int64_t n, void* y, cudaStream_t s) {
-  to_bf16_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, n, static_cast<__nv_bfloat16*>(y));
+  const unsigned grid = blocks_for(n, 256, "to_bf16_kernel");
+  if (grid == 0) return;
+  to_bf16_kernel<<<grid, 256, 0, s>>>(x, n, static_cast<__nv_bfloat16*>(y));
+  after_launch("to_bf16_kernel", dim3(grid), dim3(256), s);
 }
 void launch_round(const float* x, int64_t n, float* y, bool bf16, cudaStream_t s) {
-  round_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, n, y, bf16 ? 1 : 0);
+  const unsigned grid = blocks_for(n, 256, "round_kernel");
+  if (grid == 0) return;
+  round_kernel<<<grid, 256, 0, s>>>(x, n, y, bf16 ? 1 : 0);
+  after_launch("round_kernel", dim3(grid), dim3(256), s);
 }
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s) {
-  add_bias_kernel<<<blocks_for(n * rows, 256), 256, 0, s>>>(y, bias, n, rows);
+  const unsigned grid = blocks_for(n * rows, 256, "add_bias_kernel");
+  if (grid == 0) return;
+  add_bias_kernel<<<grid, 256, 0, s>>>(y, bias, n, rows);
+  after_launch("add_bias_kernel", dim3(grid), dim3(256), s);
 }
 void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
-  swiglu_kernel<<<blocks_for(n, 256), 256, 0, s>>>(gate, up, n);
+  const unsigned grid = blocks_for(n, 256, "swiglu_kernel");
+  if (grid == 0) return;
+  swiglu_kernel<<<grid, 256, 0, s>>>(gate, up, n);
+  after_launch("swiglu_kernel", dim3(grid), dim3(256), s);
 }
 void launch_rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeDev& p, cudaStream_t s) {
   if (p.n_rot < 2) return;
   const int64_t total = static_cast<int64_t>(n) * n_heads * (p.n_rot / 2);
-  rope_kernel<<<blocks_for(total, 256), 256, 0, s>>>(x, n, n_heads, head_dim, pos, p);
+  const unsigned grid = blocks_for(total, 256, "rope_kernel");
+  if (grid == 0) return;
+  rope_kernel<<<grid, 256, 0, s>>>(x, n, n_heads, head_dim, pos, p);
+  after_launch("rope_kernel", dim3(grid), dim3(256), s);
 }
 void launch_kv_store(const KvDev& kv, int layer, const float* k, const float* v, int n, const int32_t* seq,
                      const int32_t* pos, const int32_t* slot, cudaStream_t s) {
   const int64_t total = static_cast<int64_t>(n) * kv.n_head_kv * kv.head_dim;
-  kv_store_kernel<<<blocks_for(total, 256), 256, 0, s>>>(kv, layer, k, v, n, seq, pos, slot);
+  const unsigned grid = blocks_for(total, 256, "kv_store_kernel");
+  if (grid == 0) return;
+  kv_store_kernel<<<grid, 256, 0, s>>>(kv, layer, k, v, n, seq, pos, slot);
+  after_launch("kv_store_kernel", dim3(grid), dim3(256), s);
 }
 void launch_attention(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,
                       const AttnDev& p, float* out, cudaStream_t s) {
+  if (n <= 0 || p.n_head <= 0) return;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(p.n_head));
   if (p.head_dim <= 128) {
     attention_kernel<4><<<grid, kAttnWarps * kWarp, 0, s>>>(kv, layer, q, seq, pos, p, out);
+    after_launch("attention_kernel<4>", grid, dim3(kAttnWarps * kWarp), s);
   } else {
     attention_kernel<8><<<grid, kAttnWarps * kWarp, 0, s>>>(kv, layer, q, seq, pos, p, out);
+    after_launch("attention_kernel<8>", grid, dim3(kAttnWarps * kWarp), s);
   }
 }
 
