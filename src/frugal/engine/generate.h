@@ -59,7 +59,7 @@ namespace frugal {
 
 // Sets one generation option by its CLI name ("kv-type", "temp", "top-k", "top-p", "min-p",
 // "seed", "n-batch", "ctx-size", "n-predict", "kv-policy", "kv-budget", "kv-buffer",
-// "kv-protect-prompt", "kv-seed", "kv-quant", "kv-memory"), so `eval --sweep NAME=v1,v2` and reference
+// "kv-budget-of", "kv-protect-prompt", "kv-seed", "kv-quant", "kv-memory"), so `eval --sweep NAME=v1,v2` and reference
 // configurations can name any of them. kInvalidArgument names the option and the bad value.
 Status set_generate_option(GenerateOptions& opts, const std::string& name, const std::string& value);
 // The names set_generate_option accepts.
