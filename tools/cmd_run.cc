@@ -170,6 +170,7 @@ int run(const RunArgs& a) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::fputc('\n', stdout);
+    std::fflush(stdout);  // the text before the diagnostics when both go to one pipe
     if (task) {
       const eval::TaskScore sc = eval::score_completion(*task, res->text);
       std::fprintf(stderr, "expected answer: %s; %s\n", task->final_answer.c_str(),
