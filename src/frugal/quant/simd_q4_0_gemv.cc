@@ -12,7 +12,8 @@
 // to two 128-bit lanes, the second shifted right by 4: low nibbles = elements 0..15, high =
 // 16..31, so the activation codes are read in plain element order); u8*i8 products reduce to
 // 16 int32 lanes, 8 per block, which are converted and scaled lane-wise (no horizontal sums
-// inside the loop). Other targets run the scalar definition.
+// inside the loop). AVX2: one block per 256-bit register the same way. Other targets run the
+// scalar definition (and matmul keeps its general Q4_0 x Q8_0 path there).
 #include "frugal/quant/simd_config.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -148,6 +149,47 @@ static bool cpu_has_vnni() { return false; }
 
 void VecDotQ4_0Q8Group(int64_t n, float* s, const void* vx, const void* vy) {
   *s = cpu_has_vnni() ? dot_row<true>(n, vx, vy) : dot_row<false>(n, vx, vy);
+}
+
+bool IsWide() { return true; }
+
+#elif FRUGAL_QUANT_AVX2  // AVX2 (no AVX-512): one block per 256-bit register
+
+// The same unsigned-code layout, one block at a time: the block's 16 bytes give low nibbles
+// (elements 0..15) in the low 128-bit lane and high nibbles (16..31) in the high lane, matching
+// the activation codes in element order; maddubs + madd reduce to 8 int32 lanes, scaled lane-wise
+// by d_x * d_y. Two accumulators keep two blocks in flight; the -8 offset is the c term.
+void VecDotQ4_0Q8Group(int64_t n, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockQ4_0*>(vx);
+  const auto* g = static_cast<const Q8Group*>(vy);
+  const int64_t nb = n / kQK;
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  float acc_c = 0.f;
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    const Q8Group& g0 = g[i / 8];
+    const Q8Group& g1 = g[(i + 1) / 8];
+    const int k0 = static_cast<int>(i % 8), k1 = static_cast<int>((i + 1) % 8);
+    const float d0 = half_to_float(x[i].d), d1 = half_to_float(x[i + 1].d);
+    const __m256i p0 =
+        dot_u8_i8(nibbles_32(x[i].qs), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g0.qs + k0 * kQK)));
+    const __m256i p1 = dot_u8_i8(nibbles_32(x[i + 1].qs),
+                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g1.qs + k1 * kQK)));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * g0.d[k0]), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d1 * g1.d[k1]), acc1);
+    acc_c += d0 * g0.c[k0] + d1 * g1.c[k1];
+  }
+  for (; i < nb; ++i) {
+    const Q8Group& gi = g[i / 8];
+    const int k = static_cast<int>(i % 8);
+    const float d = half_to_float(x[i].d);
+    const __m256i p =
+        dot_u8_i8(nibbles_32(x[i].qs), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gi.qs + k * kQK)));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * gi.d[k]), acc0);
+    acc_c += d * gi.c[k];
+  }
+  *s = hsum_ps(_mm256_add_ps(acc0, acc1)) + acc_c;
 }
 
 bool IsWide() { return true; }
