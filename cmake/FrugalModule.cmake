@@ -30,6 +30,8 @@ else()
   set(FRUGAL_SHARED_MODELS ${PROJECT_SOURCE_DIR}/../shared/models)
 endif()
 
+set(FRUGAL_TEST_TIMEOUT 180 CACHE STRING "seconds one test may run before ctest fails it")
+
 # frugal_test(NAME DEPS dep...): one GoogleTest binary per folder of tests/.
 function(frugal_test name)
   cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
@@ -45,5 +47,7 @@ function(frugal_test name)
     FRUGAL_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     FRUGAL_SHARED_MODELS_DIR="${FRUGAL_SHARED_MODELS}"
     FRUGAL_BINARY_DIR="${CMAKE_BINARY_DIR}")
-  gtest_discover_tests(${name}_tests DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${name})
+  # A per-test limit in seconds, not ctest's default 1500: a hang fails fast and names the test.
+  # The slowest test (a whole-model evaluation) takes under 40 s on CI's two cores.
+  gtest_discover_tests(${name}_tests DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${name} TIMEOUT ${FRUGAL_TEST_TIMEOUT})
 endfunction()

@@ -41,6 +41,14 @@ Collected collect(RequestHandle& h) {
   return c;
 }
 
+// Waits (at most ~60 s) for the request's first update: its prompt has been computed.
+::testing::AssertionResult first_update(RequestHandle& h, RequestUpdate& u) {
+  for (int i = 0; i < 6000; ++i) {
+    if (h.wait(u, 10ms)) return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "request " << h.id() << " produced nothing in 60 s";
+}
+
 // Engine statistics are published after each step; give the loop a moment.
 template <typename F>
 bool eventually(F cond) {
@@ -61,8 +69,14 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(t.ok()) << t.status().message();
     tok_ = std::move(t).value().release();
     backend_ = make_cpu_backend(CpuBackendOptions{2}).release();
+    // The reference runs on a backend of its own: a backend (and its thread pool and scratch) is
+    // driven by one thread at a time, and the engine's loop may still be stepping when a
+    // reference starts.
+    ref_backend_ = make_cpu_backend(CpuBackendOptions{2}).release();
   }
   static void TearDownTestSuite() {
+    EXPECT_EQ(backend_->contended_dispatches(), 0u) << "the engine's backend was used by a second thread";
+    delete ref_backend_;
     delete backend_;
     delete tok_;
     delete model_;
@@ -87,7 +101,7 @@ class EngineTest : public ::testing::Test {
     go.n_predict = n;
     go.n_ctx = 256;
     go.sampling = s;
-    auto r = generate(*model_, *tok_, *backend_, p, go);
+    auto r = generate(*model_, *tok_, *ref_backend_, p, go);
     EXPECT_TRUE(r.ok()) << r.status().message();
     return *r;
   }
@@ -109,10 +123,12 @@ class EngineTest : public ::testing::Test {
   static Model* model_;
   static Tokenizer* tok_;
   static Backend* backend_;
+  static Backend* ref_backend_;
 };
 Model* EngineTest::model_ = nullptr;
 Tokenizer* EngineTest::tok_ = nullptr;
 Backend* EngineTest::backend_ = nullptr;
+Backend* EngineTest::ref_backend_ = nullptr;
 
 TEST_F(EngineTest, ConcurrentGreedyRequestsMatchGenerate) {
   const std::vector<std::string> texts = {"Once upon a time", "The quick brown fox jumps", "hello",
@@ -194,8 +210,7 @@ TEST_F(EngineTest, CopiedPrefixGivesTheSameTokens) {
   auto e = engine(o);
   auto ha = *e->submit(request(a, 30));
   RequestUpdate u;
-  while (!ha->wait(u, 10ms)) {
-  }  // a has computed its prompt
+  ASSERT_TRUE(first_update(*ha, u));  // a has computed its prompt
   const Collected cb = collect(**e->submit(request(b, 6)));
   collect(*ha);
   EXPECT_GE(cb.fin.timings.cached_tokens, 16);
@@ -211,8 +226,7 @@ TEST_F(EngineTest, CancelFreesTheSequence) {
   auto h = *e->submit(r);
   auto waiting = *e->submit(request(prompt("next"), 4));
   RequestUpdate u;
-  while (!h->wait(u, 10ms)) {
-  }
+  ASSERT_TRUE(first_update(*h, u));
   EXPECT_TRUE(eventually([&] { return e->stats().running == 1 && e->stats().waiting == 1; }));
   h->cancel();
   const Collected c = collect(*h);
@@ -243,8 +257,7 @@ TEST_F(EngineTest, QueueLimitAndBadRequestsAreRefused) {
   r.ignore_eos = true;
   auto running = *e->submit(r);
   RequestUpdate u;
-  while (!running->wait(u, 10ms)) {
-  }
+  ASSERT_TRUE(first_update(*running, u));
   auto queued = e->submit(request(prompt("queued"), 2));
   ASSERT_TRUE(queued.ok());
   auto refused = e->submit(request(prompt("refused"), 2));

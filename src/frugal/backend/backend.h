@@ -42,11 +42,15 @@ struct AttentionParams {
   int32_t window = 0;       // sliding window in positions (0: none): key pos > query pos - window
 };
 
+// A backend is driven by one thread at a time: its kernels share scratch buffers and a pool.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int n_threads() const = 0;
+  // Times a second thread used this backend while another was inside it (it was made to wait).
+  // Non-zero means two callers share a backend that each should have of their own.
+  virtual uint64_t contended_dispatches() const { return 0; }
 
   // y[t][r] = sum_k x[t][k] * W[r][k] (+ bias[r]); x [n][w.cols], y [n][w.rows].
   virtual void matmul(const WeightTensor& w, const float* x, int64_t n, float* y,

@@ -28,6 +28,16 @@ constexpr uint64_t kIndexMask = 0xFFFFFFFFull;
 // Index value that closes a finished job: larger than any n, so no late claim can succeed.
 constexpr uint64_t kClosed = 0xFFFFFFFFull;
 
+// The pool whose task this thread is running (worker or dispatching caller), to tell a nested
+// dispatch from a concurrent one.
+thread_local const ThreadPool* tls_in_task_of = nullptr;
+
+struct InTask {
+  const ThreadPool* saved;
+  explicit InTask(const ThreadPool* p) : saved(tls_in_task_of) { tls_in_task_of = p; }
+  ~InTask() { tls_in_task_of = saved; }
+};
+
 }  // namespace
 
 int ThreadPool::available_cpus() {
@@ -96,6 +106,7 @@ void ThreadPool::worker_main(int thread) {
     }
     seen = g;
     if (stop_.load(std::memory_order_relaxed)) return;
+    InTask in_task(this);
     run_chunks(g, thread);
   }
 }
@@ -103,10 +114,25 @@ void ThreadPool::worker_main(int thread) {
 void ThreadPool::dispatch(TaskFn fn, void* ctx, int64_t n, int64_t chunk) {
   if (n <= 0) return;
   chunk = std::max<int64_t>(1, chunk);
-  if (n_threads_ == 1 || n <= chunk) {
-    for (int64_t b = 0; b < n; b += chunk) fn(ctx, b, std::min(n, b + chunk), 0);
-    return;
+  const auto run_inline = [&](int thread) {
+    for (int64_t b = 0; b < n; b += chunk) fn(ctx, b, std::min(n, b + chunk), thread);
+  };
+  if (tls_in_task_of == this) {
+    // A task of this pool dispatching again: the workers are busy with the outer job (possibly
+    // waiting on this very task), so the inner range runs here.
+    nested_.fetch_add(1, std::memory_order_relaxed);
+    return run_inline(0);
   }
+  if (n_threads_ == 1 || n <= chunk) return run_inline(0);
+  // Two dispatchers writing one job would reset each other's done_ count and both wait forever,
+  // so a second thread waits here until the owner is done.
+  if (busy_.exchange(true, std::memory_order_acquire)) {
+    contended_.fetch_add(1, std::memory_order_relaxed);
+    do {
+      busy_.wait(true, std::memory_order_relaxed);
+    } while (busy_.exchange(true, std::memory_order_acquire));
+  }
+  InTask in_task(this);
   assert(n + chunk < static_cast<int64_t>(kClosed) && "ThreadPool: range too large");
   const uint32_t g = generation_.load(std::memory_order_relaxed) + 1;
   fn_.store(fn, std::memory_order_relaxed);
@@ -130,6 +156,8 @@ void ThreadPool::dispatch(TaskFn fn, void* ctx, int64_t n, int64_t chunk) {
     }
   }
   claim_.store((static_cast<uint64_t>(g) << 32) | kClosed, std::memory_order_release);
+  busy_.store(false, std::memory_order_release);
+  busy_.notify_one();
 }
 
 }  // namespace frugal

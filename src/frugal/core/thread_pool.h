@@ -3,7 +3,10 @@
 // before sleeping, the calling thread does its share of the work, chunks are claimed from one
 // atomic counter, and nothing is allocated or type-erased through std::function per dispatch.
 //
-// One thread at a time may dispatch, and a task must not dispatch on the same pool.
+// One dispatch owns the workers at a time. A second thread that dispatches while they are owned
+// waits for them (correct, but a sign that two users share a pool meant for one: counted in
+// contended_dispatches()); a task that dispatches on its own pool runs that range inline on its
+// thread. Neither can deadlock or spin forever.
 #pragma once
 
 #include <atomic>
@@ -42,6 +45,11 @@ class ThreadPool {
         const_cast<void*>(static_cast<const void*>(&fn)), n, chunk);
   }
 
+  // Dispatches that had to wait for another thread's dispatch to release the workers.
+  uint64_t contended_dispatches() const { return contended_.load(std::memory_order_relaxed); }
+  // Dispatches issued from inside a task of this pool (run inline on the task's thread).
+  uint64_t nested_dispatches() const { return nested_.load(std::memory_order_relaxed); }
+
   // Number of CPUs this process may run on.
   static int available_cpus();
 
@@ -60,6 +68,10 @@ class ThreadPool {
   std::atomic<int64_t> n_{0};
   std::atomic<int64_t> chunk_{1};
   std::atomic<bool> stop_{false};
+  // Held by the dispatch that owns the workers; see contended_dispatches().
+  std::atomic<bool> busy_{false};
+  std::atomic<uint64_t> contended_{0};
+  std::atomic<uint64_t> nested_{0};
 
   // (generation << 32) | next index to hand out. Claims compare the generation, so a worker never
   // takes work from a job other than the one it read; the dispatcher waits for completed work

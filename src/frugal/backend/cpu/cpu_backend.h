@@ -43,6 +43,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   int n_threads() const override { return pool_.size(); }
+  uint64_t contended_dispatches() const override { return pool_.contended_dispatches(); }
 
   void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override;
   void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override;
