@@ -1,16 +1,19 @@
 // Starting and stopping a real `frugal serve`, running `frugal run`, and small HTTP helpers for the
 // end-to-end tests. Paths come from the environment run.sh sets: FRUGAL_BIN, FRUGAL_MODEL.
+// FRUGAL_EXTRA_ARGS (e.g. "--device cuda") is added to every `serve` and `run` the tests start, so
+// the same tests check another backend, with the reference run on that backend too.
 import { spawn, execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 
 export const FRUGAL_BIN = process.env.FRUGAL_BIN ?? 'build/bin/frugal';
 export const MODEL = process.env.FRUGAL_MODEL;
 export const MODEL_ID = 'tiny';
+const EXTRA_ARGS = (process.env.FRUGAL_EXTRA_ARGS ?? '').split(/\s+/).filter(Boolean);
 if (!MODEL) throw new Error('FRUGAL_MODEL is not set (run tests/server_e2e/run.sh)');
 
 // Starts the server on a free loopback port; resolves once it answers /health.
 export async function startServer(extraArgs = []) {
-  const args = ['serve', '-m', MODEL, '--alias', MODEL_ID, '--port', '0', '-t', '2', ...extraArgs];
+  const args = ['serve', '-m', MODEL, '--alias', MODEL_ID, '--port', '0', '-t', '2', ...EXTRA_ARGS, ...extraArgs];
   const proc = spawn(FRUGAL_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   const port = await new Promise((resolve, reject) => {
@@ -58,6 +61,7 @@ export function sleep(ms) {
 export function frugalRun({ prompt, n, chat = false }) {
   const args = ['run', '-m', MODEL, '-p', prompt, '-n', String(n), '--temp', '0', '--json', '-t', '2'];
   if (chat) args.push('--chat');
+  args.push(...EXTRA_ARGS);
   return JSON.parse(execFileSync(FRUGAL_BIN, args, { encoding: 'utf8' }));
 }
 
