@@ -27,9 +27,9 @@ PACK=$ROOT/.cudabench
 if [ "${1:-}" = "--pack" ]; then
   BUILD=${BUILD:-$ROOT/build-cuda}
   rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/models"
-  cp "$BUILD/bin/frugal" "$BUILD/bin/cuda_tests" "$PACK/bin/"
+  cp "$BUILD/bin/frugal" "$BUILD/bin/cuda_tests" "$BUILD/bin/server_tests" "$PACK/bin/"
   # Every shared library except glibc's own and CUDA's (cuBLAS comes from the GPU machine).
-  ldd "$BUILD/bin/frugal" "$BUILD/bin/cuda_tests" | awk '/=>/{print $3}' | sort -u |
+  ldd "$BUILD/bin/frugal" "$BUILD/bin/cuda_tests" "$BUILD/bin/server_tests" | awk '/=>/{print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so|cublas|cudart' |
     while read -r lib; do cp -L "$lib" "$PACK/lib/"; done
   # The C++ runtime apart: used there only when the machine's own is older than this one.

@@ -7,12 +7,14 @@
 
 #include "command.h"
 #include "common.h"
+#include "device.h"
 #include "frugal/eval/harness.h"
 
 namespace frugal::cli {
 namespace {
 
 struct EvalArgs {
+  std::string device = "cpu";
   std::string model;
   std::vector<std::string> tasks;
   std::vector<int64_t> lengths = eval::EvalSuite{}.lengths;
@@ -87,11 +89,13 @@ int eval_cmd(const EvalArgs& a) {
       if (Status st = set_generate_option(probe, sweep_name, v); !st.ok()) return fail(cmd, "--sweep: " + st.message());
     }
   }
-  auto lm = load_model(*path, !a.quiet);
+  auto lm = load_model(*path, !a.quiet && a.device == "cpu");
   if (!lm.ok()) return fail(cmd, lm.status().message());
   CpuBackendOptions bo;
   bo.n_threads = resolve_threads(a.threads);
-  auto backend = make_cpu_backend(bo);
+  auto made = make_backend(a.device, bo.n_threads);
+  if (!made.ok()) return fail(cmd, made.status().message());
+  auto backend = std::move(*made);
 
   eval::EvalSuite suite;
   suite.families = a.tasks;
@@ -151,6 +155,7 @@ RunFn setup(CLI::App& app) {
   app.add_option("--seed", a->seed, "first example seed")->capture_default_str();
   app.add_option("--split", a->split, "train or test")->capture_default_str();
   app.add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
+  app.add_option("--device", a->device, "cpu or cuda (the model and the reference both run there)")->capture_default_str();
   app.add_option("--set", a->set, "engine option NAME=VALUE for the configuration under test (repeatable)");
   app.add_option("--ref", a->ref, "engine option NAME=VALUE for the reference configuration (default kv-type=f32)");
   app.add_flag("--no-ref", a->no_ref, "skip the teacher-forced comparison with the reference");

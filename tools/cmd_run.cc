@@ -87,7 +87,7 @@ int run(const RunArgs& a) {
   }
   if (!prompt.ok()) return fail(cmd, prompt.status().message());
   if (prompt->empty()) return fail(cmd, "no prompt: pass -p TEXT, -f FILE, --task FAMILY or pipe text on stdin");
-  auto lm = load_model(*path, !a.json);
+  auto lm = load_model(*path, !a.json && a.device == "cpu");
   if (!lm.ok()) return fail(cmd, lm.status().message());
   const Tokenizer& tok = *lm->tokenizer;
 

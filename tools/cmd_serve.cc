@@ -12,6 +12,7 @@
 
 #include "command.h"
 #include "common.h"
+#include "device.h"
 #include "frugal/engine/engine.h"
 #include "frugal/server/http_server.h"
 #include "frugal/server/request_log.h"
@@ -20,6 +21,7 @@ namespace frugal::cli {
 namespace {
 
 struct ServeArgs {
+  std::string device = "cpu";
   std::string model;
   std::string alias;
   std::string host = "127.0.0.1";
@@ -120,7 +122,9 @@ int serve(const ServeArgs& a) {
 
   CpuBackendOptions bo;
   bo.n_threads = resolve_threads(a.threads);
-  auto backend = make_cpu_backend(bo);
+  auto made = make_backend(a.device, bo.n_threads);
+  if (!made.ok()) return fail(cmd, made.status().message());
+  auto backend = std::move(*made);
   auto engine = Engine::create(*lm->model, *lm->tokenizer, *backend, eo);
   if (!engine.ok()) return fail(cmd, engine.status().message());
   server::ServedModel served(*lm->model, *lm->tokenizer, id, *path, (*engine)->context_per_sequence());
@@ -162,6 +166,7 @@ RunFn setup(CLI::App& app) {
   app.add_option("--parallel", a->parallel, "sequences decoded together")->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("-c,--ctx-size", a->n_ctx, "context per sequence (0: min(training context, 4096))")->capture_default_str();
   app.add_option("-t,--threads", a->threads, "CPU threads for the model (0: all cores)")->capture_default_str();
+  app.add_option("--device", a->device, "cpu or cuda (cuda: FP16 keep-everything KV cache)")->capture_default_str();
   app.add_option("-b,--batch-size", a->batch, "tokens per forward step (decodes + prefill chunks)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--kv-memory", a->kv_memory, "KV cache budget, e.g. 512M (default: parallel x context)");
   app.add_option("--kv-type", a->kv_type, "KV cache element type: f16 or f32")->capture_default_str();

@@ -79,6 +79,12 @@ class Backend {
   virtual Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits) {
     return false;
   }
+
+  // Prefix sharing for a backend that keeps its own KV cache (forward_model): copies the rows of
+  // positions [begin, end) of sequence `src` into sequence `dst`, which holds exactly the rows of
+  // positions [0, begin) of the same prefix, and returns true. The default declines (false): the
+  // rows live in the caller's KvCache, which the caller copies itself.
+  virtual Result<bool> copy_kv_rows(int src, int dst, int32_t begin, int32_t end) { return false; }
 };
 
 struct CpuBackendOptions {

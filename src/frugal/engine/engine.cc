@@ -281,6 +281,9 @@ void Engine::apply_admission(const Admission& a, double now) {
 // same prefix. Rows are stored after RoPE at their positions, which the copy keeps, so they are
 // exactly what recomputing the prefix would write (f16 -> f32 -> f16 is lossless).
 Status Engine::copy_rows(int src, int dst, int32_t begin, int32_t end) {
+  // A backend with a device-resident cache (cuda) holds the rows itself: the copy is its job.
+  FRUGAL_ASSIGN_OR_RETURN(const bool copied, backend_.copy_kv_rows(src, dst, begin, end));
+  if (copied) return ok_status();
   const KvCacheOptions& o = kv_.options();
   for (int l = 0; l < o.n_layer; ++l) {
     for (int h = 0; h < o.n_head_kv; ++h) {

@@ -64,6 +64,12 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
+  // Drops this process's resident pages of the mapping inside [data, data + bytes) (whole pages
+  // only; a range outside the mapping, such as a converted copy on the heap, is left alone). The
+  // file is mapped read-only, so nothing is lost: a later read faults the page back in from the
+  // file. A backend that copied the weights into device memory calls this tensor by tensor so the
+  // host never holds more than one tensor of the model at a time.
+  void release_resident_pages(const void* data, uint64_t bytes) const;
   uint64_t data_offset() const { return data_offset_; }
 
   // Metadata, in file order.

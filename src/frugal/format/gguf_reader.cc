@@ -354,6 +354,19 @@ void prefault(const uint8_t* base, uint64_t size, const GgufOpenOptions& opts) {
 
 }  // namespace
 
+void GgufFile::release_resident_pages(const void* data, uint64_t bytes) const {
+  if (map_ == nullptr || data == nullptr || bytes == 0) return;
+  const auto base = reinterpret_cast<uintptr_t>(map_);
+  const auto lo = reinterpret_cast<uintptr_t>(data);
+  // MADV_DONTNEED on anonymous memory would zero it: act only inside this file's mapping.
+  if (lo < base || lo - base >= size_ || bytes > size_ - (lo - base)) return;
+  const long page_sz = sysconf(_SC_PAGESIZE);
+  const uintptr_t page = page_sz > 0 ? static_cast<uintptr_t>(page_sz) : 4096;
+  const uintptr_t first = (lo + page - 1) / page * page;  // inward: never a neighbour's partial page
+  const uintptr_t last = (lo + bytes) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path, const GgufOpenOptions& opts) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;

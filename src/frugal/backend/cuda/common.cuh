@@ -112,8 +112,15 @@ bool device_type_supported(DType t);
 
 // Uploads one GGUF weight (host bytes, `rows` rows of `row_stride` bytes) into `dst`, allocating
 // with cudaMalloc; repacks Q8_0/Q4_0. Returns the bytes allocated through `bytes`.
+// `consumed`, when set, is told of each slice of `host` once it is on the device (the copy goes in
+// slices of at most 64 MiB), so the caller can drop the host pages while the rest is still read.
+struct HostConsumed {
+  void (*fn)(void* ctx, const void* data, size_t bytes) = nullptr;
+  void* ctx = nullptr;
+};
 Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, const void* host,
-                     DevWeight* dst, void** alloc, uint64_t* bytes, cudaStream_t stream);
+                     DevWeight* dst, void** alloc, uint64_t* bytes, cudaStream_t stream,
+                     HostConsumed consumed = {});
 
 // Up to three weights of one type applied to the same input (Q/K/V, gate/up) in one launch.
 struct GemvSet {
@@ -176,4 +183,31 @@ struct AttnDev {
 void launch_attention(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,
                       const AttnDev& p, float* out, cudaStream_t s);
 
+// Tensor-core attention (flash_attention.cu), the semantics of launch_attention: out
+// [n][n_head][head_dim] for q [n][n_head][head_dim], token t over the cached keys of sequence
+// seq[t] with kpos <= pos[t] (and kpos > pos[t] - window when window > 0); zeros when no key is
+// visible. seq/pos are device arrays; the batch may mix sequences in any order (tokens of one
+// sequence being consecutive is only faster). Each sequence's kv.pos must be ascending over its
+// seq_len slots (as launch_attention assumes). Both launchers return false, launching nothing,
+// when they do not handle the shape: head_dim other than 64 or 128, n_head not a multiple of
+// n_head_kv, more than 64 query heads per KV head, or kv/p disagreeing on head_dim/n_head_kv; the
+// caller then uses launch_attention. Launch failures are recorded as for every launcher.
+//
+// launch_attention_flash: for prefill (many query tokens). Needs no scratch.
+bool launch_attention_flash(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq,
+                            const int32_t* pos, const AttnDev& p, float* out, cudaStream_t s);
+// launch_attention_split: flash-decoding for few query tokens over long contexts: each key range
+// is cut into Z chunks (Z from n, the shape and max_keys) computed by separate blocks, then merged.
+// max_keys is an estimate of the longest context in the batch (kv.capacity is always fine and
+// keeps Z fixed for CUDA graphs); results are correct whatever it is, only the split changes.
+// scratch: device memory of at least attention_split_scratch_bytes(n, p, max_keys) bytes (same
+// n, p, max_keys), 16-byte aligned (cudaMalloc), not used concurrently by another launch; false
+// (nothing launched) when it is too small. Launches two kernels on s.
+size_t attention_split_scratch_bytes(int n, const AttnDev& p, int max_keys);
+bool launch_attention_split(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq,
+                            const int32_t* pos, const AttnDev& p, int max_keys, void* scratch, size_t scratch_bytes,
+                            float* out, cudaStream_t s);
+// A hint for the caller: true when launch_attention_flash would run fewer than one wave of blocks
+// (about n * n_head / 64 < 264 on an H200), i.e. decode-sized batches where the split pays.
+bool attention_prefer_split(int n, const AttnDev& p);
 }  // namespace frugal::cuda

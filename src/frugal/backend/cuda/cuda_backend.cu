@@ -72,6 +72,39 @@ bool needs_host_conversion(const WeightTensor& w) {
   }
 }
 
+// Device bytes a weight takes once uploaded (host-converted types become F16 or F32 rows), and
+// the F16 scratch its cuBLAS path needs when it is dequantized per product.
+uint64_t device_bytes(const WeightTensor& w, uint64_t* dequant_halves) {
+  if (w.data == nullptr || w.rows == 0) return 0;
+  if (needs_host_conversion(w)) {
+    return static_cast<uint64_t>(w.rows) * w.cols * (w.cols % 8 == 0 ? 2 : 4);
+  }
+  if (w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16) {
+    *dequant_halves = std::max<uint64_t>(*dequant_halves, static_cast<uint64_t>(w.rows) * w.cols);
+  }
+  return static_cast<uint64_t>(w.rows) * w.row_stride;
+}
+
+std::string gib(uint64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return b;
+}
+
+// Refuses, before anything is allocated, what cannot fit: `need` bytes against the device's free
+// memory less a reserve for the CUDA context growth, cuBLAS workspaces and graphs.
+Status check_fits(uint64_t need, const std::string& what) {
+  constexpr uint64_t kReserve = 512ull << 20;
+  size_t free_b = 0, total_b = 0;
+  FRUGAL_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  if (need + kReserve > free_b) {
+    return fail(ErrorCode::kOverBudget, "cuda: ", what, " needs ", gib(need), " of GPU memory (+", gib(kReserve),
+                " reserve); ", gib(free_b), " free of ", gib(total_b),
+                ". Use a smaller model, context (-c) or parallel count, or --device cpu");
+  }
+  return ok_status();
+}
+
 // A device allocation list freed together.
 class DeviceArena {
  public:
@@ -120,7 +153,8 @@ class Gemm {
     cudaFree(act_);
   }
 
-  Status upload(const WeightTensor& w, const std::string& name, DeviceArena& arena, DevWeight* out) {
+  Status upload(const WeightTensor& w, const std::string& name, DeviceArena& arena, DevWeight* out,
+                HostConsumed consumed = {}) {
     std::vector<uint8_t> conv;
     DType type = w.type;
     const void* src = w.data;
@@ -132,7 +166,9 @@ class Gemm {
     }
     void* mem = nullptr;
     uint64_t bytes = 0;
-    Status st = upload_weight(type, w.rows, w.cols, stride, src, out, &mem, &bytes, stream_);
+    // A converted copy is our own heap memory: nothing to give back slice by slice.
+    Status st = upload_weight(type, w.rows, w.cols, stride, src, out, &mem, &bytes, stream_,
+                              src == w.data ? consumed : HostConsumed{});
     if (!st.ok()) return st.with_context("tensor '" + name + "'");
     arena.adopt(mem, bytes);
     if (type != DType::kF32 && type != DType::kF16 && type != DType::kBF16) {
@@ -348,6 +384,8 @@ struct Buffers {
   float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
   float *gate = nullptr, *up = nullptr, *hout = nullptr, *logits = nullptr;
   int32_t* packet = nullptr;  // tokens, pos, seq, slot, out_rows: [cap] each
+  uint8_t* attn_scratch = nullptr;  // partial results of the split-KV decode attention
+  size_t attn_scratch_bytes = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -374,6 +412,8 @@ class CudaBackend final : public Backend {
     FRUGAL_RETURN_IF_ERROR(gemm_.init(stream_));
     const char* g = std::getenv("FRUGAL_CUDA_GRAPHS");
     if (g != nullptr && std::strcmp(g, "0") == 0) opts_.graphs = false;
+    const char* fl = std::getenv("FRUGAL_CUDA_FLASH");
+    flash_ = fl == nullptr || std::strcmp(fl, "0") != 0;
     const char* f = std::getenv("FRUGAL_CUDA_FUSE");
     if (f != nullptr && std::strcmp(f, "0") == 0) gemm_.set_fuse(false);
     // Per-launch synchronization cannot happen inside graph capture.
@@ -407,6 +447,7 @@ class CudaBackend final : public Backend {
   }
 
   Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits) override;
+  Result<bool> copy_kv_rows(int src, int dst, int32_t begin, int32_t end) override;
 
  private:
   Status upload(const Model& m);
@@ -436,6 +477,7 @@ class CudaBackend final : public Backend {
   RopeDev rope_;
   DeviceArena state_;  // KV cache and activation buffers
   KvDev kv_;
+  bool flash_ = true;  // tensor-core attention kernels (FRUGAL_CUDA_FLASH=0: the scalar kernel)
   Buffers buf_;
   int32_t* pinned_ = nullptr;  // host staging of the packet
   std::vector<std::vector<int32_t>> seq_pos_;  // [seq] positions of the device rows, in slot order
@@ -465,20 +507,43 @@ Status CudaBackend::upload(const Model& m) {
     return fail(ErrorCode::kNotSupported, "cuda: head size ", cfg_.head_dim, " (at most 256)");
   }
   const ModelWeights& w = m.weights();
-  FRUGAL_RETURN_IF_ERROR(gemm_.upload(w.token_embd, "token_embd.weight", weights_, &tok_embd_));
-  FRUGAL_RETURN_IF_ERROR(gemm_.upload(w.output, "output.weight", weights_, &output_));
+  {
+    uint64_t need = 0, dq = 0;
+    need += device_bytes(w.token_embd, &dq) + device_bytes(w.output, &dq);
+    for (const LayerWeights& L : w.layers) {
+      for (const WeightTensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) need += device_bytes(*t, &dq);
+    }
+    FRUGAL_RETURN_IF_ERROR(check_fits(need + dq * 2, cat("the model's weights (", gib(need),
+                                                           ", plus ", gib(dq * 2), " dequantization scratch)")));
+  }
+  // Host pages go back as soon as they are on the device, 64 MiB at a time
+  // (opts_.release_host_weights), so the host's peak is a slice, never the model or a whole tensor.
+  HostConsumed release;
+  if (opts_.release_host_weights) {
+    release.fn = [](void* ctx, const void* data, size_t bytes) {
+      static_cast<const GgufFile*>(ctx)->release_resident_pages(data, bytes);
+    };
+    release.ctx = const_cast<GgufFile*>(&m.gguf());
+  }
+  const auto upload = [&](const WeightTensor& t, const std::string& name, DevWeight* out) -> Status {
+    FRUGAL_RETURN_IF_ERROR(gemm_.upload(t, name, weights_, out, release));
+    if (release.fn != nullptr) m.gguf().release_resident_pages(t.data, static_cast<uint64_t>(t.rows) * t.row_stride);
+    return ok_status();
+  };
+  FRUGAL_RETURN_IF_ERROR(upload(w.token_embd, "token_embd.weight", &tok_embd_));
+  FRUGAL_RETURN_IF_ERROR(upload(w.output, "output.weight", &output_));
   FRUGAL_RETURN_IF_ERROR(upload_floats(w.output_norm, weights_, &out_norm_, stream_));
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& L = w.layers[i];
     DevLayer d;
     const std::string p = "blk." + std::to_string(i) + ".";
-    FRUGAL_RETURN_IF_ERROR(gemm_.upload(L.wq, p + "attn_q.weight", weights_, &d.wq));
-    FRUGAL_RETURN_IF_ERROR(gemm_.upload(L.wk, p + "attn_k.weight", weights_, &d.wk));
-    FRUGAL_RETURN_IF_ERROR(gemm_.upload(L.wv, p + "attn_v.weight", weights_, &d.wv));
-    FRUGAL_RETURN_IF_ERROR(gemm_.upload(L.wo, p + "attn_output.weight", weights_, &d.wo));
-    FRUGAL_RETURN_IF_ERROR(gemm_.upload(L.w_gate, p + "ffn_gate.weight", weights_, &d.w_gate));
-    FRUGAL_RETURN_IF_ERROR(gemm_.upload(L.w_up, p + "ffn_up.weight", weights_, &d.w_up));
-    FRUGAL_RETURN_IF_ERROR(gemm_.upload(L.w_down, p + "ffn_down.weight", weights_, &d.w_down));
+    FRUGAL_RETURN_IF_ERROR(upload(L.wq, p + "attn_q.weight", &d.wq));
+    FRUGAL_RETURN_IF_ERROR(upload(L.wk, p + "attn_k.weight", &d.wk));
+    FRUGAL_RETURN_IF_ERROR(upload(L.wv, p + "attn_v.weight", &d.wv));
+    FRUGAL_RETURN_IF_ERROR(upload(L.wo, p + "attn_output.weight", &d.wo));
+    FRUGAL_RETURN_IF_ERROR(upload(L.w_gate, p + "ffn_gate.weight", &d.w_gate));
+    FRUGAL_RETURN_IF_ERROR(upload(L.w_up, p + "ffn_up.weight", &d.w_up));
+    FRUGAL_RETURN_IF_ERROR(upload(L.w_down, p + "ffn_down.weight", &d.w_down));
     FRUGAL_RETURN_IF_ERROR(upload_floats(L.attn_norm, weights_, &d.attn_norm, stream_));
     FRUGAL_RETURN_IF_ERROR(upload_floats(L.ffn_norm, weights_, &d.ffn_norm, stream_));
     FRUGAL_RETURN_IF_ERROR(upload_floats(L.bq, weights_, &d.bq, stream_));
@@ -513,6 +578,8 @@ Status CudaBackend::ensure_kv(const KvCacheOptions& o) {
   kv_.head_dim = static_cast<int>(cfg_.head_dim);
   kv_.capacity = o.capacity;
   const size_t elems = static_cast<size_t>(kv_.n_layer) * o.n_seq * kv_.n_head_kv * o.capacity * kv_.head_dim;
+  FRUGAL_RETURN_IF_ERROR(check_fits(4 * elems, cat("the KV cache (", o.n_seq, " sequences x ", o.capacity,
+                                                     " tokens, F16)")));
   trace(1, "kv cache: ", o.n_seq, " sequences x ", o.capacity, " tokens, ", static_cast<uint64_t>(4 * elems),
         " bytes");
   FRUGAL_RETURN_IF_ERROR(state_.alloc(elems, &kv_.k));
@@ -545,6 +612,20 @@ Status CudaBackend::ensure_buffers(int64_t n) {
   FRUGAL_RETURN_IF_ERROR(state_.alloc(sz(c.n_embd), &b.hout));
   FRUGAL_RETURN_IF_ERROR(state_.alloc(sz(c.n_vocab), &b.logits));
   FRUGAL_RETURN_IF_ERROR(state_.alloc(sz(5), &b.packet));
+  {
+    // The split attention's scratch for the largest step it may run (its size is not monotonic
+    // in the token count, so take the maximum over every count that prefers it).
+    AttnDev ap;
+    ap.n_head = static_cast<int>(c.n_head);
+    ap.n_head_kv = static_cast<int>(c.n_head_kv);
+    ap.head_dim = static_cast<int>(c.head_dim);
+    size_t bytes = 0;
+    for (int t = 1; t <= cap; ++t) {
+      if (attention_prefer_split(t, ap)) bytes = std::max(bytes, attention_split_scratch_bytes(t, ap, kv_.capacity));
+    }
+    if (bytes > 0) FRUGAL_RETURN_IF_ERROR(state_.alloc(bytes, &b.attn_scratch));
+    b.attn_scratch_bytes = bytes;
+  }
   FRUGAL_RETURN_IF_ERROR(gemm_.reserve(cap));
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   pinned_ = nullptr;
@@ -635,7 +716,16 @@ void CudaBackend::layer(int il, int n) {
   ap.head_dim = hd;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = c.sliding_window;
-  launch_attention(kv_, il, b.q, n, seq, pos, ap, b.att, s);
+  // Tensor-core kernels where they handle the shape (FRUGAL_CUDA_FLASH=0 keeps the scalar one, for
+  // comparison): split-KV for decode-sized batches, tiled flash attention for prefill.
+  bool launched = false;
+  if (flash_) {
+    launched = attention_prefer_split(n, ap)
+                   ? launch_attention_split(kv_, il, b.q, n, seq, pos, ap, kv_.capacity, b.attn_scratch,
+                                            b.attn_scratch_bytes, b.att, s)
+                   : launch_attention_flash(kv_, il, b.q, n, seq, pos, ap, b.att, s);
+  }
+  if (!launched) launch_attention(kv_, il, b.q, n, seq, pos, ap, b.att, s);
   gemm_.new_input();
   gemm_.run(L.wo, b.att, n, b.x, nullptr, true);
 
@@ -743,6 +833,53 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
                 " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager",
                 "; FRUGAL_CUDA_SYNC=1 names the kernel]");
   }
+  return true;
+}
+
+// Device rows of positions [begin, end) of sequence src into sequence dst (same prefix, dst holding
+// [0, begin)): one device-to-device copy per layer and KV head for K and V, and the positions.
+// Enqueued on the step stream, so the next forward sees them.
+Result<bool> CudaBackend::copy_kv_rows(int src, int dst, int32_t begin, int32_t end) {
+  if (src < 0 || dst < 0 || src >= kv_.n_seq || dst >= kv_.n_seq || src == dst || begin < 0 || end < begin) {
+    return fail(ErrorCode::kInvalidArgument, "kv copy: sequences ", src, " -> ", dst, " positions [", begin, ", ",
+                end, ") out of range (", kv_.n_seq, " sequences)");
+  }
+  auto& from = seq_pos_[static_cast<size_t>(src)];
+  auto& to = seq_pos_[static_cast<size_t>(dst)];
+  // dst keeps what precedes `begin` (rows past it belong to its previous request).
+  to.resize(static_cast<size_t>(std::lower_bound(to.begin(), to.end(), begin) - to.begin()));
+  const auto in_order = [](const std::vector<int32_t>& v, int32_t n) {
+    if (static_cast<int32_t>(v.size()) < n) return false;
+    for (int32_t p = 0; p < n; ++p) {
+      if (v[static_cast<size_t>(p)] != p) return false;
+    }
+    return true;
+  };
+  if (!in_order(from, end) || static_cast<int32_t>(to.size()) != begin || !in_order(to, begin)) {
+    return fail(ErrorCode::kInvalidArgument, "kv copy: sequence ", src, " does not hold positions [0, ", end,
+                ") in order on the device, or sequence ", dst, " does not hold [0, ", begin, ")");
+  }
+  if (end == begin) return true;
+  if (end > kv_.capacity) {
+    return fail(ErrorCode::kOverBudget, "kv copy: ", end, " rows exceed the cache's ", kv_.capacity);
+  }
+  const size_t hd = static_cast<size_t>(kv_.head_dim);
+  const size_t rows = static_cast<size_t>(end - begin);
+  for (int l = 0; l < kv_.n_layer; ++l) {
+    for (int h = 0; h < kv_.n_head_kv; ++h) {
+      const auto base = [&](int s) {
+        return ((static_cast<size_t>(l) * kv_.n_seq + s) * kv_.n_head_kv + h) * kv_.capacity * hd + begin * hd;
+      };
+      FRUGAL_CUDA(cudaMemcpyAsync(kv_.k + base(dst), kv_.k + base(src), rows * hd * sizeof(__half),
+                                  cudaMemcpyDeviceToDevice, stream_));
+      FRUGAL_CUDA(cudaMemcpyAsync(kv_.v + base(dst), kv_.v + base(src), rows * hd * sizeof(__half),
+                                  cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
+  const size_t cap = static_cast<size_t>(kv_.capacity);
+  FRUGAL_CUDA(cudaMemcpyAsync(kv_.pos + dst * cap + begin, kv_.pos + src * cap + begin, rows * sizeof(int32_t),
+                              cudaMemcpyDeviceToDevice, stream_));
+  to.insert(to.end(), from.begin() + begin, from.begin() + end);
   return true;
 }
 

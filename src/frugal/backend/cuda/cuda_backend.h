@@ -26,6 +26,9 @@ struct CudaBackendOptions {
   int device = 0;
   bool graphs = true;  // capture decode steps as CUDA graphs (env FRUGAL_CUDA_GRAPHS=0 turns off)
   int cpu_threads = 0;  // threads of the CPU backend that serves op-level calls (0: all cores)
+  // After upload, drop the host's resident pages of the model file (they are re-read from the
+  // file if the CPU ever needs them).
+  bool release_host_weights = true;
 };
 
 // kNotFound (with the reason) when no usable device or driver is present.
@@ -51,6 +54,20 @@ Result<DeviceInfo> device_info(int device = 0);
 Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y);
 // Rows ids[i] of w dequantized on the device: y [n][w.cols].
 Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, float* y);
+// Test hook (flash_attention.cu): uploads a cache (k_half/v_half: F16 bits [n_layer][n_seq][n_head_kv][capacity][head_dim],
+// kpos [n_seq][capacity], seq_len [n_seq]) and queries, runs launch_attention (which 0),
+// launch_attention_flash (1) or launch_attention_split (2, scratch sized from max_keys) on layer
+// `layer`, and downloads out [n][n_head][head_dim]. kNotSupported when the launcher declined.
+Status attention_on_device(int which, const uint16_t* k_half, const uint16_t* v_half, const int32_t* kpos,
+                           const int32_t* seq_len, int n_layer, int layer, int n_seq, int n_head_kv, int head_dim,
+                           int capacity, const float* q, int n, const int32_t* seq, const int32_t* pos, int n_head,
+                           float scale, int window, int max_keys, float* out);
+// Bench hook (flash_attention.cu): one sequence of n_ctx cached keys (positions 0..n_ctx-1, layer
+// 0), n queries at the last n positions; *ms = mean time of one launcher call (which as above)
+// over `reps` back-to-back calls after one warm-up.
+Status attention_bench_on_device(int which, int n_head, int n_head_kv, int head_dim, int n_ctx, int n, int reps,
+                                 double* ms);
+
 
 // Device-to-device copy bandwidth (bytes read + written per second) over `bytes`-sized buffers,
 // and cuBLAS BF16 GEMM throughput (FLOP/s) at m = n = k = `dim`; median of `reps` timed runs.

@@ -4,6 +4,8 @@
 // ../shared/reference/quantization.md; the CPU reference dequantizers are the tests' oracle.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "frugal/backend/cuda/common.cuh"
@@ -31,7 +33,7 @@ struct Dec;
 template <>
 struct Dec<DType::kF32> {
   static constexpr int kRuns = 1, kLen = 4;
-  __device__ static int64_t units(int64_t cols) { return cols / 4; }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 4; }
   __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
     const float4 f = __ldg(reinterpret_cast<const float4*>(w.data + row * w.row_stride) + u);
     v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
@@ -42,7 +44,7 @@ struct Dec<DType::kF32> {
 template <>
 struct Dec<DType::kF16> {
   static constexpr int kRuns = 1, kLen = 8;
-  __device__ static int64_t units(int64_t cols) { return cols / 8; }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 8; }
   __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
     const __half2* h = reinterpret_cast<const __half2*>(&raw);
@@ -59,7 +61,7 @@ struct Dec<DType::kF16> {
 template <>
 struct Dec<DType::kBF16> {
   static constexpr int kRuns = 1, kLen = 8;
-  __device__ static int64_t units(int64_t cols) { return cols / 8; }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 8; }
   __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
     const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -76,7 +78,7 @@ struct Dec<DType::kBF16> {
 template <>
 struct Dec<DType::kQ8_0> {
   static constexpr int kRuns = 1, kLen = 16;
-  __device__ static int64_t units(int64_t cols) { return cols / 16; }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 16; }
   __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
     const float d = __half2float(w.scales[row * (w.cols / 32) + u / 2]);
@@ -98,7 +100,7 @@ struct Dec<DType::kQ8_0> {
 template <>
 struct Dec<DType::kQ4_0> {
   static constexpr int kRuns = 2, kLen = 16;
-  __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
   __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
     const float d = __half2float(w.scales[row * (w.cols / 32) + u]);
@@ -122,25 +124,30 @@ struct Dec<DType::kQ4_0> {
 template <>
 struct Dec<DType::kQ4_K> {
   static constexpr int kRuns = 2, kLen = 16;
-  __device__ static int64_t units(int64_t cols) { return cols / 256 * 8; }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 256 * 8; }
   __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
     const int64_t b = u >> 3;
     const int c = static_cast<int>((u >> 1) & 3);
     const int h = static_cast<int>(u & 1);
     const uint8_t* blk = w.data + row * w.row_stride + b * 144;
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * c + 16 * h));
-    const uint32_t dd = __ldg(reinterpret_cast<const uint32_t*>(blk));
-    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFF)));
-    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
-    const uint8_t* sc = blk + 4;
+    // The block's first 16 bytes (d, dmin, 12 scale bytes) in one aligned load instead of seven:
+    // the unit's two 6-bit scales and mins are then picked out of registers.
+    const uint4 hdr = __ldg(reinterpret_cast<const uint4*>(blk));
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x & 0xFFFF)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x >> 16)));
+    const auto sc = [&hdr](int k) -> uint32_t {
+      const uint32_t word = k < 4 ? hdr.y : (k < 8 ? hdr.z : hdr.w);
+      return (word >> (8 * (k & 3))) & 0xFFu;
+    };
     const int j0 = 2 * c, j1 = 2 * c + 1;
     uint32_t s0, m0, s1, m1;
     if (j0 < 4) {
-      s0 = sc[j0] & 63; m0 = sc[j0 + 4] & 63;
-      s1 = sc[j1] & 63; m1 = sc[j1 + 4] & 63;
+      s0 = sc(j0) & 63; m0 = sc(j0 + 4) & 63;
+      s1 = sc(j1) & 63; m1 = sc(j1 + 4) & 63;
     } else {
-      s0 = (sc[j0 + 4] & 0xF) | ((sc[j0 - 4] >> 6) << 4); m0 = (sc[j0 + 4] >> 4) | ((sc[j0] >> 6) << 4);
-      s1 = (sc[j1 + 4] & 0xF) | ((sc[j1 - 4] >> 6) << 4); m1 = (sc[j1 + 4] >> 4) | ((sc[j1] >> 6) << 4);
+      s0 = (sc(j0 + 4) & 0xF) | ((sc(j0 - 4) >> 6) << 4); m0 = (sc(j0 + 4) >> 4) | ((sc(j0) >> 6) << 4);
+      s1 = (sc(j1 + 4) & 0xF) | ((sc(j1 - 4) >> 6) << 4); m1 = (sc(j1 + 4) >> 4) | ((sc(j1) >> 6) << 4);
     }
     const float d0 = d * small_u2f(s0), n0 = dmin * small_u2f(m0);
     const float d1 = d * small_u2f(s1), n1 = dmin * small_u2f(m1);
@@ -164,7 +171,7 @@ struct Dec<DType::kQ4_K> {
 template <>
 struct Dec<DType::kQ6_K> {
   static constexpr int kRuns = 4, kLen = 4;
-  __device__ static int64_t units(int64_t cols) { return cols / 256 * 16; }
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 256 * 16; }
   __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
     const int64_t b = u >> 4;
     const int hf = static_cast<int>((u >> 3) & 1);
@@ -191,10 +198,16 @@ struct Dec<DType::kQ6_K> {
   }
 };
 
-template <DType T, int NT>
+// Each warp computes R consecutive rows: per unit, the R rows' codes are decoded first, then each
+// activation float4 is loaded once and used for all R rows. Decode is limited by how many bytes are
+// in flight per warp and by the activation loads (a Q4_K unit of 16 code bytes needs 128 bytes of
+// activations), so sharing them across rows and issuing R weight loads back to back both pay.
+// Rows past the end are clamped for loading (always valid memory) and not stored.
+template <DType T, int NT, int R>
 __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, const float* __restrict__ x, int nt,
                                                                    int accumulate) {
   using D = Dec<T>;
+  constexpr int kVals = D::kRuns * D::kLen;
   // Up to three products of one input in one launch: blocks [first[i], first[i+1]) serve
   // weight i. Fields are picked by selects, not by a run-time array index (that would go
   // through local memory).
@@ -205,44 +218,61 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, c
   const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
   const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
   const int lane = threadIdx.x % kWarp;
-  const int64_t row = static_cast<int64_t>(b - first) * kGemvWarps + threadIdx.x / kWarp;
-  if (row >= w.rows) return;
-  float acc[NT];
+  const int64_t row0 = (static_cast<int64_t>(b - first) * kGemvWarps + threadIdx.x / kWarp) * R;
+  if (row0 >= w.rows) return;
+  int64_t rows[R];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+  for (int r = 0; r < R; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
+  float acc[NT][R];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
+  }
   const int64_t units = D::units(w.cols);
 #pragma unroll 2
   for (int64_t u = lane; u < units; u += kWarp) {
-    float v[D::kRuns * D::kLen];
+    float v[R][kVals];
     int off[D::kRuns];
-    D::decode(w, row, u, v, off);
+#pragma unroll
+    for (int r = 0; r < R; ++r) D::decode(w, rows[r], u, v[r], off);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (NT > 1 && t >= nt) break;
       const float* xt = x + static_cast<int64_t>(t) * w.cols;
 #pragma unroll
-      for (int r = 0; r < D::kRuns; ++r) {
+      for (int run = 0; run < D::kRuns; ++run) {
 #pragma unroll
         for (int k = 0; k < D::kLen; k += 4) {
-          const float4 xv = __ldg(reinterpret_cast<const float4*>(xt + off[r] + k));
-          acc[t] += v[r * D::kLen + k] * xv.x + v[r * D::kLen + k + 1] * xv.y + v[r * D::kLen + k + 2] * xv.z +
-                    v[r * D::kLen + k + 3] * xv.w;
+          const float4 xv = __ldg(reinterpret_cast<const float4*>(xt + off[run] + k));
+          const int j = run * D::kLen + k;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            acc[t][r] += v[r][j] * xv.x + v[r][j + 1] * xv.y + v[r][j + 2] * xv.z + v[r][j + 3] * xv.w;
+          }
         }
       }
     }
   }
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    float a = acc[t];
 #pragma unroll
-    for (int o = kWarp / 2; o > 0; o /= 2) a += __shfl_xor_sync(0xFFFFFFFFu, a, o);
-    acc[t] = a;
+    for (int r = 0; r < R; ++r) {
+      float a = acc[t][r];
+#pragma unroll
+      for (int o = kWarp / 2; o > 0; o /= 2) a += __shfl_xor_sync(0xFFFFFFFFu, a, o);
+      acc[t][r] = a;
+    }
   }
-  if (lane == 0) {
+  // Lane r stores row r: the R stores go out in parallel.
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = row0 + r;
+    if (lane != r || row >= w.rows) continue;
     for (int t = 0; t < nt && t < NT; ++t) {
-      float r = acc[t] + (bias != nullptr ? bias[row] : 0.f);
+      float out = acc[t][r] + (bias != nullptr ? bias[row] : 0.f);
       float* dst = y + static_cast<int64_t>(t) * w.rows + row;
-      *dst = accumulate ? *dst + r : r;
+      *dst = accumulate ? *dst + out : out;
     }
   }
 }
@@ -295,9 +325,21 @@ __global__ void split_blocks_kernel(const uint8_t* __restrict__ src, int64_t n_b
   for (int k = 0; k < code_bytes; ++k) codes[i * code_bytes + k] = b[2 + k];
 }
 
-template <DType T>
-void gemv_t(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s) {
-  const auto blocks = [](const DevWeight& w) { return static_cast<int>((w.rows + kGemvWarps - 1) / kGemvWarps); };
+// Rows per warp of the decode GEMV: FRUGAL_GEMV_ROWS=1|2|4 (read once; default 2) so that variants
+// can be compared in one benchmark run without a rebuild.
+int gemv_rows_per_warp() {
+  static const int r = [] {
+    const char* e = std::getenv("FRUGAL_GEMV_ROWS");
+    const int v = e != nullptr ? std::atoi(e) : 2;
+    return v == 1 || v == 4 ? v : 2;
+  }();
+  return r;
+}
+
+template <DType T, int R>
+void gemv_launch(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s) {
+  const int per_block = kGemvWarps * R;
+  const auto blocks = [per_block](const DevWeight& w) { return static_cast<int>((w.rows + per_block - 1) / per_block); };
   GemvSet g = set;
   g.first1 = blocks(g.w0);
   g.first2 = g.first1 + (g.n > 1 ? blocks(g.w1) : 0);
@@ -306,11 +348,20 @@ void gemv_t(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s)
   const dim3 grid(static_cast<unsigned>(total));
   const dim3 block(kGemvWarps * kWarp);
   if (n == 1) {
-    gemv_kernel<T, 1><<<grid, block, 0, s>>>(g, x, 1, acc ? 1 : 0);
+    gemv_kernel<T, 1, R><<<grid, block, 0, s>>>(g, x, 1, acc ? 1 : 0);
     after_launch("gemv_kernel<NT=1>", grid, block, s);
   } else {
-    gemv_kernel<T, 8><<<grid, block, 0, s>>>(g, x, n, acc ? 1 : 0);
+    gemv_kernel<T, 8, R><<<grid, block, 0, s>>>(g, x, n, acc ? 1 : 0);
     after_launch("gemv_kernel<NT=8>", grid, block, s);
+  }
+}
+
+template <DType T>
+void gemv_t(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s) {
+  switch (gemv_rows_per_warp()) {
+    case 1: gemv_launch<T, 1>(set, x, n, acc, s); break;
+    case 4: gemv_launch<T, 4>(set, x, n, acc, s); break;
+    default: gemv_launch<T, 2>(set, x, n, acc, s); break;
   }
 }
 
@@ -394,8 +445,23 @@ void launch_get_rows(const DevWeight& w, const int32_t* ids, int n, float* y, cu
   dispatch<RowsF>(w.type, w, ids, n, y, s);
 }
 
+// Host to device in slices, each handed to `consumed` once copied (synchronous: the pages may be
+// dropped right after).
+Status copy_in_slices(void* dev, const void* host, size_t total, cudaStream_t stream, HostConsumed consumed) {
+  constexpr size_t kSlice = size_t{64} << 20;
+  const auto* src = static_cast<const uint8_t*>(host);
+  auto* dst = static_cast<uint8_t*>(dev);
+  for (size_t off = 0; off < total; off += kSlice) {
+    const size_t n = std::min(kSlice, total - off);
+    FRUGAL_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dst + off, src + off, n, cudaMemcpyHostToDevice, stream), "upload"));
+    FRUGAL_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "upload"));
+    if (consumed.fn != nullptr) consumed.fn(consumed.ctx, src + off, n);
+  }
+  return ok_status();
+}
+
 Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, const void* host,
-                     DevWeight* dst, void** alloc, uint64_t* bytes, cudaStream_t stream) {
+                     DevWeight* dst, void** alloc, uint64_t* bytes, cudaStream_t stream, HostConsumed consumed) {
   DevWeight w;
   w.type = type;
   w.rows = rows;
@@ -411,7 +477,7 @@ Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, 
     uint8_t* mem = nullptr;
     FRUGAL_CUDA(cudaMalloc(&raw, total));
     Status st = cuda_status(cudaMalloc(&mem, codes + scales), "cudaMalloc");
-    if (st.ok()) st = cuda_status(cudaMemcpyAsync(raw, host, total, cudaMemcpyHostToDevice, stream), "upload");
+    if (st.ok()) st = copy_in_slices(raw, host, total, stream, consumed);
     if (st.ok() && n_blocks > 0) {
       const unsigned grid = blocks_1d(n_blocks, 256, "split_blocks_kernel");
       split_blocks_kernel<<<grid, 256, 0, stream>>>(raw, n_blocks, code_bytes, mem,
@@ -434,8 +500,7 @@ Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, 
   }
   uint8_t* mem = nullptr;
   FRUGAL_CUDA(cudaMalloc(&mem, total));
-  Status st = cuda_status(cudaMemcpyAsync(mem, host, total, cudaMemcpyHostToDevice, stream), "upload");
-  if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "upload");
+  Status st = copy_in_slices(mem, host, total, stream, consumed);
   if (!st.ok()) {
     cudaFree(mem);
     return st;

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# frugal's CUDA backend side by side with llama.cpp's, in one run on one GPU machine, on the same
+# random-weight Llama-3.1-8B-shaped files (written by `frugal synth`), plus the checks that need a
+# GPU. Results go to docs/benchmarks.md with this command.
+#
+# Prepare here:  bench/cuda_h200.sh --pack        (frugal, cuda_tests, their libraries -> .cudabench/)
+# Run there:     [LLAMACPP_BIN=DIR] bash bench/cuda_vs_llamacpp.sh PHASE [SECONDS]
+#   LLAMACPP_BIN: a llama.cpp CUDA build's bin folder (llama-bench, llama-batched-bench), built
+#   outside this repository; without it only frugal is measured.
+#   PHASE smoke: the CUDA tests, greedy identity with the CPU on stories260K and the default model,
+#                host memory of a GPU run, `serve --device cuda` through the npm clients when node
+#                was carried (.node/node.xz and .node/node_modules.tar.xz: xz'd copies of this
+#                machine's node binary and of `npm ci`'s node_modules)
+#   PHASE bench: roofline; per type (F16, Q8_0, Q4_K_M): pp512 and tg128 for frugal (GEMV rows per
+#                warp 1, 2, 4) and llama.cpp (-ngl 99 -fa 1); 64 parallel sequences (F16); prefill of
+#                32,768 tokens and decode at that depth (F16); peak host RSS of each frugal run.
+#                BENCH_TYPES="F16" limits the types, BENCH_LONG=0 skips the 64-sequence and 32k rows.
+# Every step's output lands in $OUT (or ./cudabench-out) as one archive, cudabench.tgz, with
+# steps.tsv (status and seconds per step) and the log.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PACK=$ROOT/.cudabench
+
+PHASE=${1:-smoke}
+BUDGET=${2:-540}
+START=$(date +%s)
+RESULT=${OUT:-$ROOT/cudabench-out}
+WORK=${TMPDIR:-/tmp}/cudabench-work
+rm -rf "$WORK" && mkdir -p "$WORK" "$RESULT"
+LOG=$RESULT/cuda_vs_llamacpp.log
+STEPS=$WORK/steps.tsv
+: >"$STEPS"
+exec > >(tee "$LOG") 2>&1
+pack() { cp "$LOG" "$WORK/" 2>/dev/null; tar czf "$RESULT/cudabench.tgz.part" -C "$WORK" . 2>/dev/null &&
+  mv -f "$RESULT/cudabench.tgz.part" "$RESULT/cudabench.tgz"; }
+trap pack EXIT
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+say() { echo "[$(($(date +%s) - START))s] $*"; }
+ulimit -c 0
+
+F=$PACK/bin/frugal
+T=$PACK/bin/cuda_tests
+[ -x "$F" ] || { echo "no $F: run bench/cuda_h200.sh --pack first"; exit 2; }
+CUBLAS=$(ls /usr/local/cuda/lib64/libcublas.so.13 /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.13 2>/dev/null | head -1)
+[ -n "$CUBLAS" ] || CUBLAS=$(find /opt /usr -name 'libcublas.so.13' 2>/dev/null | head -1)
+CXXLIB=
+if ! grep -qa GLIBCXX_3.4.30 "$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 /{print $NF; exit}')" 2>/dev/null; then
+  CXXLIB=:$PACK/lib/cxx
+fi
+export LD_LIBRARY_PATH=$PACK/lib$CXXLIB${CUBLAS:+:$(dirname "$CUBLAS")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+say "phase $PHASE, budget ${BUDGET}s, cublas ${CUBLAS:-not found}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
+
+# step NAME LIMIT CMD...: stdout/stderr to NAME.out/.err, status and seconds to steps.tsv.
+step() {
+  local name=$1 lim=$2 t0 rc
+  shift 2
+  local l=$(( $(left) - 10 ))
+  [ "$l" -lt "$lim" ] && lim=$l
+  if [ "$lim" -lt 5 ]; then say "skip $name"; printf '%s\tskipped\n' "$name" >>"$STEPS"; return 200; fi
+  say "$name: $*"
+  t0=$(date +%s)
+  timeout -k 5 "$lim" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  rc=$?
+  printf '%s\t%s\t%ss\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" >>"$STEPS"
+  [ "$rc" -ne 0 ] && { say "  $name: exit $rc"; tail -n 15 "$WORK/$name.err" | cut -c1-300; }
+  pack
+  return "$rc"
+}
+# Peak host RSS of a command in MiB (GNU time when present, else the process's own report).
+TIME=$(command -v /usr/bin/time || true)
+
+if [ "$PHASE" = smoke ]; then
+  export FRUGAL_TEST_MODELS=$PACK/models
+  step cuda-tests 240 "$T" --gtest_color=no
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|^logits|^matmul|^greedy|rel_l2" "$WORK/cuda-tests.out" | head -60
+  for m in stories260K default; do
+    step "run-$m-cpu" 60 "$F" run -m "$PACK/models/$m.gguf" --device cpu -p "Once upon a time" -n 64 --temp 0
+    step "run-$m-cuda" 60 "$F" run -m "$PACK/models/$m.gguf" --device cuda -p "Once upon a time" -n 64 --temp 0
+    if cmp -s "$WORK/run-$m-cpu.out" "$WORK/run-$m-cuda.out"; then say "greedy $m: cuda identical to cpu"
+    else say "greedy $m: cuda DIFFERS from cpu"; fi
+  done
+  step task-cuda 60 "$F" run --device cuda --task kv_recall --json
+  grep -o '"peak_rss_bytes": *[0-9]*' "$WORK/task-cuda.out"
+  for attn in 0 1; do
+    step "eval-cuda-flash$attn" 120 env FRUGAL_CUDA_FLASH=$attn "$F" eval --device cuda --tasks kv_recall,passkey \
+      --lengths 512 -n 20 --no-ref --quiet
+    cat "$WORK/eval-cuda-flash$attn.out"
+  done
+  if [ -f "$ROOT/.node/node.xz" ] && [ -f "$ROOT/.node/node_modules.tar.xz" ]; then
+    NODEBIN=${TMPDIR:-/tmp}/frugal-nodebin  # outside $WORK: the archive must stay small
+    mkdir -p "$NODEBIN" && xz -dc "$ROOT/.node/node.xz" >"$NODEBIN/node" && chmod +x "$NODEBIN/node"
+    [ -d "$ROOT/node_modules/openai" ] || tar xJf "$ROOT/.node/node_modules.tar.xz" -C "$ROOT"
+    # The same client tests as on the CPU, the server (and the reference `run`) on the GPU.
+    step serve-e2e-cuda 200 env PATH="$NODEBIN:$PATH" FRUGAL_EXTRA_ARGS="--device cuda" \
+      "$ROOT/tests/server_e2e/run.sh" "$PACK/bin"
+    grep -E "^# (tests|pass|fail|skipped)|^not ok" "$WORK/serve-e2e-cuda.out" | head -20
+  fi
+  exit 0
+fi
+
+# ---- bench ----
+LB=${LLAMACPP_BIN:-}
+HAVE_LLAMA=0
+if [ -n "$LB" ] && [ -x "$LB/llama-bench" ]; then
+  HAVE_LLAMA=1
+  "$LB/llama-bench" --version 2>&1 | head -2
+else
+  say "LLAMACPP_BIN not set or without llama-bench: frugal only"
+fi
+TMP=/dev/shm/frugal-bench
+mkdir -p "$TMP"
+# The three files are written at once in the background (CPU work) while the GPU checks run; files
+# left by an earlier run on this machine are reused. (`wait` names the PIDs: a bare wait would also
+# wait for the log's tee.)
+SYNTH_PIDS=()
+TYPES=${BENCH_TYPES:-F16 Q8_0 Q4_K_M}
+for ty in $TYPES; do
+  [ -s "$TMP/llama8b-$ty.gguf" ] && [ "${REUSE_MODELS:-0}" = 1 ] && continue
+  ( "$F" synth --preset llama3.1-8b --type "$ty" -t 5 -o "$TMP/llama8b-$ty.gguf" >"$WORK/synth-$ty.txt" 2>&1
+    echo "exit $?" >>"$WORK/synth-$ty.txt"; cp "$WORK/synth-$ty.txt" "$WORK/../synth-$ty.txt" ) &
+  SYNTH_PIDS+=($!)
+done
+step roofline 60 "$F" bench --device cuda --json --roofline -m "$PACK/models/stories260K.gguf" -p 16 -n 4 -r 1
+grep -E '"(copy_bytes_per_s|bf16_flops)"' "$WORK/roofline.out"
+[ ${#SYNTH_PIDS[@]} -gt 0 ] && wait "${SYNTH_PIDS[@]}"
+say "synth: $(tail -qn1 "$WORK"/synth-*.txt | tr '\n' ' ')"
+fb() {  # fb NAME ENV... -- ARGS: frugal bench (peak RSS in the JSON)
+  local name=$1; shift
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  step "frugal-$name" 200 env "${envs[@]}" "$F" bench --device cuda --json "$@"
+  tr -d '\n ' <"$WORK/frugal-$name.out" | grep -o '"name":"[^"]*"\|"avg_ts":[0-9.]*\|"peak_rss_bytes":[0-9]*' | tr '\n' ' '
+  echo
+}
+lb() {  # lb NAME ARGS: llama-bench
+  local name=$1; shift
+  [ "$HAVE_LLAMA" = 1 ] || return 0
+  step "llama-$name" 200 "$LB/llama-bench" -ngl 99 -fa 1 -o json "$@"
+  tr -d '\n ' <"$WORK/llama-$name.out" | grep -o '"n_prompt":[0-9]*\|"n_gen":[0-9]*\|"avg_ts":[0-9.]*' | tr '\n' ' '
+  echo
+}
+for ty in $TYPES; do
+  M=$TMP/llama8b-$ty.gguf
+  [ -s "$M" ] || { say "no $M"; continue; }
+  for rows in 1 2 4; do fb "$ty-tg128-rows$rows" FRUGAL_GEMV_ROWS=$rows -- -m "$M" -p 0 -n 128 -r 3; done
+  fb "$ty-pp512" FRUGAL_GEMV_ROWS=2 -- -m "$M" -p 512 -n 0 -r 3
+  lb "$ty" -m "$M" -p 512 -n 128 -r 3
+  [ "$ty" = F16 ] || rm -f "$M"
+done
+M=$TMP/llama8b-F16.gguf
+if [ -s "$M" ] && [ "${BENCH_LONG:-1}" = 1 ]; then
+  fb F16-tg128x64 FRUGAL_GEMV_ROWS=2 -- -m "$M" -p 0 -n 128 -r 2 --parallel 64 -d 16
+  [ "$HAVE_LLAMA" = 1 ] && step llama-batched-64 200 "$LB/llama-batched-bench" -m "$M" -ngl 99 -fa -c 16384 \
+    -npp 16 -ntg 128 -npl 64 && grep -E "^\|" "$WORK/llama-batched-64.out" | tail -2
+  fb F16-pp32768 FRUGAL_GEMV_ROWS=2 -- -m "$M" -p 32768 -n 0 -r 1 -b 2048
+  lb F16-pp32768 -m "$M" -p 32768 -n 0 -r 1 -b 2048 -ub 2048
+  fb F16-tg128-d32768 FRUGAL_GEMV_ROWS=2 -- -m "$M" -p 0 -n 128 -r 1 -d 32768 -b 2048
+  [ "$HAVE_LLAMA" = 1 ] && step llama-batched-d32k 200 "$LB/llama-batched-bench" -m "$M" -ngl 99 -fa -c 33024 \
+    -b 2048 -ub 2048 -npp 32768 -ntg 128 -npl 1 && grep -E "^\|" "$WORK/llama-batched-d32k.out" | tail -2
+  fb F16-tg128-flash-off FRUGAL_CUDA_FLASH=0 -- -m "$M" -p 0 -n 128 -r 2
+fi
+say "done"

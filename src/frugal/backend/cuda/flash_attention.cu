@@ -1,0 +1,687 @@
+// Tiled attention on tensor cores (prefill) and split-key attention (decode over long contexts).
+//
+// Algorithm. One kernel serves both launchers. A block owns a tile of kRows = 64 "rows"; a row is
+// one (query token, query head) pair, and the rows of a block are the G = n_head / n_head_kv query
+// heads of one KV group for T = 64 / G consecutive batch tokens (row r: token t0 + r / G, head
+// g * G + r % G). All rows of a block read the same KV head, so every K/V tile loaded into shared
+// memory serves G heads (GQA) and T tokens. Each of the 4 warps owns 16 rows. Per key tile of
+// kKeys = 64 keys (F16 straight from the cache, zero-filled past the range):
+//   S = Q K^T      WMMA 16x16x16, F16 inputs (Q pre-multiplied by `scale` and rounded to F16),
+//                  F32 accumulation, staged through shared memory;
+//   mask           per element from the key's cached position and the row's query position:
+//                  visible when kpos <= qpos and (window <= 0 or kpos > qpos - window);
+//   softmax        online, in F32, base 2 (scores times log2 e): each row's running max m and
+//                  sum l live in registers of the two lanes that own the row;
+//   O = O*c + P V  P rounded to F16, WMMA with F32 accumulation; the product is staged through
+//                  shared memory 16 columns at a time and added to O, which lives in registers
+//                  with a layout we choose (a WMMA accumulator's element-to-row map is opaque, so
+//                  the per-row rescale cannot be applied to a fragment directly).
+// A row with no visible key ends with l = 0 and outputs zeros, as launch_attention does.
+//
+// Sequences. seq/pos are device arrays, so the host need not describe the batch: a block finds
+// the distinct sequences among its rows (smallest id first) and runs the key loop once per
+// sequence with only that sequence's rows unmasked. Batches where a sequence's tokens are
+// consecutive (the normal case) give one pass per block; a block straddling two sequences makes
+// two; any order stays correct. The key range of a pass is cut by binary search in the sequence's
+// cached positions, which are in position order (the assumption launch_attention makes too):
+// keys past the largest query position of the pass, and with a window keys at or before
+// (smallest query position - window), are never loaded.
+//
+// Split (flash-decoding). With few query tokens there are too few tiles to fill 132 SMs, so
+// grid.z splits each pass's key range into Z equal chunks (multiples of 64 keys, sized in the
+// kernel from the actual range, so Z only needs to be chosen on the host from an upper bound on
+// the context); each block writes its rows' unnormalised O, m and l to scratch and a merge kernel
+// combines the Z partials per (token, head). A block whose chunk is empty writes l = 0.
+//
+// Why WMMA and not mma.sync: the build also emits compute_75 PTX, where the m16n8k16 F16 MMA does
+// not exist, and the WMMA fragments need no hand-written layout. Shared memory per block is about
+// 80 KB at head_dim 128 (55 KB at 64): two blocks per SM.
+#include <mma.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+#include <mutex>
+#include <vector>
+
+#include "frugal/backend/cuda/common.cuh"
+#include "frugal/backend/cuda/cuda_backend.h"
+
+namespace frugal::cuda {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kFaWarps = 4;
+constexpr int kFaThreads = kFaWarps * 32;
+constexpr int kRows = 16 * kFaWarps;  // query rows per block
+constexpr int kKeys = 64;             // keys per tile
+constexpr int kLdP = kKeys + 8;       // P row stride (halves; WMMA needs a multiple of 8)
+constexpr int kLdS = kKeys + 4;       // S row stride (floats; multiple of 4, = 4 mod 32 banks)
+constexpr int kLdO = 20;              // P V staging row stride (floats), inside the S area
+constexpr float kLog2e = 1.4426950408889634f;
+// Blocks the split launcher aims for: two resident blocks per SM on 132 SMs, about four waves.
+constexpr int kSplitTargetBlocks = 1024;
+constexpr int kSplitMaxChunks = 1024;
+constexpr int kSplitMinKeysPerChunk = 256;  // for choosing Z from max_keys only
+
+template <int D>
+struct FaSmem {
+  static constexpr int kLdH = D + 8;  // Q/K/V row stride (halves)
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kK = kQ + sizeof(__half) * kRows * kLdH;
+  static constexpr size_t kV = kK + sizeof(__half) * kKeys * kLdH;
+  static constexpr size_t kP = kV + sizeof(__half) * kKeys * kLdH;
+  static constexpr size_t kS = kP + sizeof(__half) * kRows * kLdP;
+  static constexpr size_t kKpos = kS + sizeof(float) * kRows * kLdS;
+  static constexpr size_t kRowSeq = kKpos + sizeof(int) * kKeys;
+  static constexpr size_t kRowPos = kRowSeq + sizeof(int) * kRows;
+  static constexpr size_t kCtl = kRowPos + sizeof(int) * kRows;
+  static constexpr size_t kBytes = kCtl + sizeof(int) * 4;
+  static_assert(kK % 32 == 0 && kV % 32 == 0 && kP % 32 == 0 && kS % 32 == 0, "WMMA needs 32-byte alignment");
+};
+
+struct FaArgs {
+  KvDev kv;
+  int layer = 0;
+  const float* q = nullptr;
+  const int32_t* seq = nullptr;
+  const int32_t* pos = nullptr;
+  AttnDev p;
+  int n = 0;
+  int group = 1;   // G: query heads per KV head
+  int tokens = 1;  // T: tokens per block (T * G <= kRows)
+  float* out = nullptr;        // final output (split off)
+  float* part_o = nullptr;     // split: [n][n_head][Z][D] unnormalised
+  float2* part_ml = nullptr;   // split: [n][n_head][Z] (m in log2 units, l)
+};
+
+// Number of keys in kp[0, count) with kp[i] <= x (kp ascending).
+__device__ __forceinline__ int count_le(const int32_t* kp, int count, int64_t x) {
+  int lo = 0, hi = count;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (static_cast<int64_t>(kp[mid]) <= x) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a) {
+  using L = FaSmem<D>;
+  constexpr int kLdH = L::kLdH;
+  constexpr int kDBlocks = D / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __half* sq = reinterpret_cast<__half*>(smem + L::kQ);
+  __half* sk = reinterpret_cast<__half*>(smem + L::kK);
+  __half* sv = reinterpret_cast<__half*>(smem + L::kV);
+  __half* sp = reinterpret_cast<__half*>(smem + L::kP);
+  float* ss = reinterpret_cast<float*>(smem + L::kS);
+  int* skpos = reinterpret_cast<int*>(smem + L::kKpos);
+  int* row_seq = reinterpret_cast<int*>(smem + L::kRowSeq);
+  int* row_pos = reinterpret_cast<int*>(smem + L::kRowPos);
+  int* ctl = reinterpret_cast<int*>(smem + L::kCtl);
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int G = a.group;
+  const int t0 = blockIdx.x * a.tokens;
+  const int g = blockIdx.y;
+  const int n_head = a.p.n_head;
+  const int used_rows = a.tokens * G;
+
+  // Row metadata: seq -1 marks a row with no query (past the batch or past T * G).
+  for (int r = tid; r < kRows; r += kFaThreads) {
+    const int t = t0 + r / G;
+    const bool valid = r < used_rows && t < a.n;
+    row_seq[r] = valid ? a.seq[t] : -1;
+    row_pos[r] = valid ? a.pos[t] : 0;
+  }
+  // Q rows, times scale, rounded to F16 (zeros for rows without a query).
+  for (int i = tid; i < kRows * (D / 4); i += kFaThreads) {
+    const int r = i / (D / 4), c = (i % (D / 4)) * 4;
+    const int t = t0 + r / G;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < used_rows && t < a.n) {
+      const int h = g * G + r % G;
+      v = *reinterpret_cast<const float4*>(a.q + (static_cast<int64_t>(t) * n_head + h) * D + c);
+    }
+    __half2* dst = reinterpret_cast<__half2*>(sq + r * kLdH + c);
+    dst[0] = __floats2half2_rn(v.x * a.p.scale, v.y * a.p.scale);
+    dst[1] = __floats2half2_rn(v.z * a.p.scale, v.w * a.p.scale);
+  }
+
+  // This lane's row (two lanes per row) and its part of O: for each 16-column block nb, the
+  // columns nb * 16 + half * 8 + [0, 8).
+  const int my_row = warp * 16 + lane / 2;
+  const int half_sel = lane % 2;
+  float o[kDBlocks * 8];
+#pragma unroll
+  for (int i = 0; i < kDBlocks * 8; ++i) o[i] = 0.f;
+  float m = -INFINITY, l = 0.f;
+
+  int prev_seq = -1;
+  for (;;) {
+    __syncthreads();  // row metadata / Q written; previous pass done with ctl
+    if (warp == 0) {
+      // The next sequence: the smallest id above the previous pass's among the rows.
+      int next = INT_MAX;
+      for (int r = lane; r < kRows; r += 32) {
+        const int sr = row_seq[r];
+        if (sr > prev_seq && sr < next) next = sr;
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) next = min(next, __shfl_xor_sync(0xFFFFFFFFu, next, off));
+      int qmin = INT_MAX, qmax = INT_MIN;
+      for (int r = lane; r < kRows; r += 32) {
+        if (row_seq[r] == next) {
+          qmin = min(qmin, row_pos[r]);
+          qmax = max(qmax, row_pos[r]);
+        }
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) {
+        qmin = min(qmin, __shfl_xor_sync(0xFFFFFFFFu, qmin, off));
+        qmax = max(qmax, __shfl_xor_sync(0xFFFFFFFFu, qmax, off));
+      }
+      if (lane == 0) {
+        int kbeg = 0, kend = 0;
+        if (next != INT_MAX) {
+          const int n_keys = a.kv.seq_len[next];
+          const int32_t* kp = a.kv.pos + static_cast<int64_t>(next) * a.kv.capacity;
+          kend = count_le(kp, n_keys, qmax);
+          if (a.p.window > 0) kbeg = count_le(kp, kend, static_cast<int64_t>(qmin) - a.p.window);
+          if (gridDim.z > 1) {
+            // Split: chunk blockIdx.z of Z equal parts of [kbeg, kend), whole tiles each.
+            const int len = kend - kbeg;
+            int per = (len + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
+            per = max(kKeys, (per + kKeys - 1) / kKeys * kKeys);
+            const int64_t cb = static_cast<int64_t>(kbeg) + static_cast<int64_t>(blockIdx.z) * per;
+            const int64_t ce = cb + per;
+            const int cbeg = cb < kend ? static_cast<int>(cb) : kend;
+            const int cend = ce < kend ? static_cast<int>(ce) : kend;
+            kbeg = cbeg;
+            kend = cend;
+          }
+        }
+        ctl[0] = next;
+        ctl[1] = kbeg;
+        ctl[2] = kend;
+      }
+    }
+    __syncthreads();
+    const int s = ctl[0];
+    if (s == INT_MAX) break;
+    const int kbeg = ctl[1], kend = ctl[2];
+    prev_seq = s;
+
+    const bool active = row_seq[my_row] == s;
+    const int qp = row_pos[my_row];
+    const bool warp_active = __any_sync(0xFFFFFFFFu, active);
+    const int32_t* kp = a.kv.pos + static_cast<int64_t>(s) * a.kv.capacity;
+    const int64_t base =
+        ((static_cast<int64_t>(a.layer) * a.kv.n_seq + s) * a.kv.n_head_kv + g) * a.kv.capacity * static_cast<int64_t>(D);
+    const __half* kb = a.kv.k + base;
+    const __half* vb = a.kv.v + base;
+
+    for (int k0 = kbeg; k0 < kend; k0 += kKeys) {
+      // K, V and positions of keys [k0, k0 + kKeys); rows past kend are zeros (V must be finite:
+      // masked keys get P = 0, and 0 * NaN would poison O).
+      constexpr int kChunks = kKeys * D / 8;  // 16-byte pieces per tile
+      constexpr int kPer = kChunks / kFaThreads;
+      static_assert(kChunks % kFaThreads == 0, "tile pieces must split evenly");
+      uint4 kr[kPer], vr[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int c = tid + i * kFaThreads;
+        const int row = c / (D / 8), col = (c % (D / 8)) * 8;
+        kr[i] = make_uint4(0u, 0u, 0u, 0u);
+        vr[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (k0 + row < kend) {
+          const int64_t off = static_cast<int64_t>(k0 + row) * D + col;
+          kr[i] = *reinterpret_cast<const uint4*>(kb + off);
+          vr[i] = *reinterpret_cast<const uint4*>(vb + off);
+        }
+      }
+      int kpv = INT_MAX;
+      if (tid < kKeys && k0 + tid < kend) kpv = kp[k0 + tid];
+      __syncthreads();  // the previous tile's readers are done
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int c = tid + i * kFaThreads;
+        const int row = c / (D / 8), col = (c % (D / 8)) * 8;
+        *reinterpret_cast<uint4*>(sk + row * kLdH + col) = kr[i];
+        *reinterpret_cast<uint4*>(sv + row * kLdH + col) = vr[i];
+      }
+      if (tid < kKeys) skpos[tid] = kpv;
+      __syncthreads();
+      if (!warp_active) continue;  // warp-uniform; the block's barriers are all above
+
+      float* sw = ss + warp * 16 * kLdS;  // this warp's S rows, later its P V staging
+      __half* pw = sp + warp * 16 * kLdP;
+      // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
+      {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kKeys / 16];
+#pragma unroll
+        for (int nb = 0; nb < kKeys / 16; ++nb) wmma::fill_fragment(acc[nb], 0.f);
+#pragma unroll
+        for (int kk = 0; kk < kDBlocks; ++kk) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+          wmma::load_matrix_sync(fa, sq + warp * 16 * kLdH + kk * 16, kLdH);
+#pragma unroll
+          for (int nb = 0; nb < kKeys / 16; ++nb) {
+            // B[d][key] = K[key][d]: column-major with leading dimension kLdH.
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+            wmma::load_matrix_sync(fb, sk + nb * 16 * kLdH + kk * 16, kLdH);
+            wmma::mma_sync(acc[nb], fa, fb, acc[nb]);
+          }
+        }
+#pragma unroll
+        for (int nb = 0; nb < kKeys / 16; ++nb) {
+          wmma::store_matrix_sync(sw + nb * 16, acc[nb], kLdS, wmma::mem_row_major);
+        }
+      }
+      __syncwarp();
+      // Online softmax on this lane's half of its row: columns 2 * half_sel + 4 i + {0, 1}.
+      const int rr = lane / 2;
+      float corr;
+      {
+        float x[kKeys / 2];
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < kKeys / 4; ++i) {
+          const int c = 2 * half_sel + 4 * i;
+          const float2 sv2 = *reinterpret_cast<const float2*>(sw + rr * kLdS + c);
+          const int2 kp2 = *reinterpret_cast<const int2*>(skpos + c);
+          const bool v0 = active && kp2.x <= qp && (a.p.window <= 0 || kp2.x > qp - a.p.window);
+          const bool v1 = active && kp2.y <= qp && (a.p.window <= 0 || kp2.y > qp - a.p.window);
+          x[2 * i] = v0 ? sv2.x * kLog2e : -INFINITY;
+          x[2 * i + 1] = v1 ? sv2.y * kLog2e : -INFINITY;
+          tmax = fmaxf(tmax, fmaxf(x[2 * i], x[2 * i + 1]));
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xFFFFFFFFu, tmax, 1));
+        const float mnew = fmaxf(m, tmax);
+        // Nothing visible yet: keep O = 0, l = 0 (and avoid -inf - -inf).
+        const float msub = mnew == -INFINITY ? 0.f : mnew;
+        corr = exp2f(m - msub);  // m = -inf: 0 (O and l are 0 anyway)
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < kKeys / 4; ++i) {
+          const int c = 2 * half_sel + 4 * i;
+          const float p0 = exp2f(x[2 * i] - msub);
+          const float p1 = exp2f(x[2 * i + 1] - msub);
+          sum += p0 + p1;
+          *reinterpret_cast<__half2*>(pw + rr * kLdP + c) = __floats2half2_rn(p0, p1);
+        }
+        sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+        l = l * corr + sum;
+        m = mnew;
+      }
+      __syncwarp();  // P written; S reads done before the staging below overwrites sw
+      // O = O * corr + P V, 16 output columns at a time.
+      {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fp[kKeys / 16];
+#pragma unroll
+        for (int kk = 0; kk < kKeys / 16; ++kk) wmma::load_matrix_sync(fp[kk], pw + kk * 16, kLdP);
+#pragma unroll
+        for (int nb = 0; nb < kDBlocks; ++nb) {
+          wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+          wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+          for (int kk = 0; kk < kKeys / 16; ++kk) {
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
+            wmma::load_matrix_sync(fb, sv + kk * 16 * kLdH + nb * 16, kLdH);
+            wmma::mma_sync(acc, fp[kk], fb, acc);
+          }
+          wmma::store_matrix_sync(sw, acc, kLdO, wmma::mem_row_major);
+          __syncwarp();
+          const float4 p0 = *reinterpret_cast<const float4*>(sw + rr * kLdO + half_sel * 8);
+          const float4 p1 = *reinterpret_cast<const float4*>(sw + rr * kLdO + half_sel * 8 + 4);
+          float* on = o + nb * 8;
+          on[0] = on[0] * corr + p0.x;
+          on[1] = on[1] * corr + p0.y;
+          on[2] = on[2] * corr + p0.z;
+          on[3] = on[3] * corr + p0.w;
+          on[4] = on[4] * corr + p1.x;
+          on[5] = on[5] * corr + p1.y;
+          on[6] = on[6] * corr + p1.z;
+          on[7] = on[7] * corr + p1.w;
+          __syncwarp();  // staging read before the next block's store
+        }
+      }
+    }
+  }
+
+  // Results: every row with a query writes, including rows that saw no key (zeros, or l = 0).
+  if (row_seq[my_row] < 0) return;
+  const int t = t0 + my_row / G;
+  const int h = g * G + my_row % G;
+  const int64_t th = static_cast<int64_t>(t) * n_head + h;
+  if (a.part_o == nullptr) {
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    float* dst = a.out + th * D + half_sel * 8;
+#pragma unroll
+    for (int nb = 0; nb < kDBlocks; ++nb) {
+      const float* on = o + nb * 8;
+      *reinterpret_cast<float4*>(dst + nb * 16) = make_float4(on[0] * inv, on[1] * inv, on[2] * inv, on[3] * inv);
+      *reinterpret_cast<float4*>(dst + nb * 16 + 4) = make_float4(on[4] * inv, on[5] * inv, on[6] * inv, on[7] * inv);
+    }
+  } else {
+    const int64_t idx = th * gridDim.z + blockIdx.z;
+    float* dst = a.part_o + idx * D + half_sel * 8;
+#pragma unroll
+    for (int nb = 0; nb < kDBlocks; ++nb) {
+      const float* on = o + nb * 8;
+      *reinterpret_cast<float4*>(dst + nb * 16) = make_float4(on[0], on[1], on[2], on[3]);
+      *reinterpret_cast<float4*>(dst + nb * 16 + 4) = make_float4(on[4], on[5], on[6], on[7]);
+    }
+    if (half_sel == 0) a.part_ml[idx] = make_float2(m, l);
+  }
+}
+
+// One block per (token, head), one thread per output column: out = sum_c w_c O_c / sum_c w_c l_c
+// with w_c = 2^(m_c - M), M the largest m of the chunks that saw a key.
+__global__ void attention_merge_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml, int z,
+                                       int d, float* __restrict__ out) {
+  const int64_t th = blockIdx.x;
+  const float2* ml = part_ml + th * z;
+  float mx = -INFINITY;
+  for (int c = 0; c < z; ++c) {
+    const float2 v = ml[c];
+    if (v.y > 0.f) mx = fmaxf(mx, v.x);
+  }
+  for (int e = threadIdx.x; e < d; e += blockDim.x) {
+    float num = 0.f, den = 0.f;
+    for (int c = 0; c < z; ++c) {
+      const float2 v = ml[c];
+      if (!(v.y > 0.f)) continue;
+      const float w = exp2f(v.x - mx);
+      num += w * part_o[(th * z + c) * d + e];
+      den += w * v.y;
+    }
+    out[th * d + e] = den > 0.f ? num / den : 0.f;
+  }
+}
+
+// The kernel for head_dim d, or false.
+bool fa_supported(const KvDev& kv, const AttnDev& p) {
+  if (p.head_dim != 64 && p.head_dim != 128) return false;
+  if (kv.head_dim != p.head_dim || kv.n_head_kv != p.n_head_kv) return false;
+  if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0) return false;
+  return p.n_head / p.n_head_kv <= kRows;
+}
+
+int fa_tokens_per_block(const AttnDev& p) { return kRows / (p.n_head / p.n_head_kv); }
+
+template <int D>
+bool fa_launch(const FaArgs& a, unsigned z, cudaStream_t s) {
+  using L = FaSmem<D>;
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  std::call_once(once, [] {
+    attr_err = cudaFuncSetAttribute(flash_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(L::kBytes));
+  });
+  const char* name = D == 64 ? "flash_attention_kernel<64>" : "flash_attention_kernel<128>";
+  const int64_t tiles = (static_cast<int64_t>(a.n) + a.tokens - 1) / a.tokens;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.p.n_head_kv), z);
+  if (attr_err != cudaSuccess) {
+    record_launch_error(cat("cuda: ", name, ": cudaFuncSetAttribute(", static_cast<uint64_t>(L::kBytes),
+                            " bytes of shared memory) failed: ", cudaGetErrorName(attr_err)));
+    return true;  // an error is recorded; falling back would hide it
+  }
+  if (tiles > 0x7FFFFFFF) {
+    record_launch_error(cat("cuda: ", name, ": ", a.n, " tokens need ", tiles, " blocks"));
+    return true;
+  }
+  flash_attention_kernel<D><<<grid, kFaThreads, L::kBytes, s>>>(a);
+  after_launch(name, grid, dim3(kFaThreads), s);
+  return true;
+}
+
+bool fa_dispatch(const FaArgs& a, unsigned z, cudaStream_t s) {
+  return a.p.head_dim == 64 ? fa_launch<64>(a, z, s) : fa_launch<128>(a, z, s);
+}
+
+FaArgs fa_args(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,
+               const AttnDev& p) {
+  FaArgs a;
+  a.kv = kv;
+  a.layer = layer;
+  a.q = q;
+  a.seq = seq;
+  a.pos = pos;
+  a.p = p;
+  a.n = n;
+  a.group = p.n_head / p.n_head_kv;
+  a.tokens = fa_tokens_per_block(p);
+  return a;
+}
+
+// Z for the split launcher: enough blocks for ~kSplitTargetBlocks, at most one chunk per
+// kSplitMinKeysPerChunk keys of max_keys.
+int split_chunks(int n, const AttnDev& p, int max_keys) {
+  if (n <= 0 || p.n_head_kv <= 0 || p.n_head <= 0 || p.n_head % p.n_head_kv != 0) return 1;
+  if (p.n_head / p.n_head_kv > kRows) return 1;
+  const int64_t tiles = (static_cast<int64_t>(n) + fa_tokens_per_block(p) - 1) / fa_tokens_per_block(p) * p.n_head_kv;
+  int64_t z = (kSplitTargetBlocks + tiles - 1) / tiles;
+  const int64_t by_keys = (static_cast<int64_t>(std::max(max_keys, 1)) + kSplitMinKeysPerChunk - 1) / kSplitMinKeysPerChunk;
+  z = std::min<int64_t>(z, by_keys);
+  z = std::min<int64_t>(z, kSplitMaxChunks);
+  return static_cast<int>(std::max<int64_t>(z, 1));
+}
+
+}  // namespace
+
+bool launch_attention_flash(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,
+                            const AttnDev& p, float* out, cudaStream_t s) {
+  if (!fa_supported(kv, p)) return false;
+  if (n <= 0) return true;
+  FaArgs a = fa_args(kv, layer, q, n, seq, pos, p);
+  a.out = out;
+  return fa_dispatch(a, 1, s);
+}
+
+size_t attention_split_scratch_bytes(int n, const AttnDev& p, int max_keys) {
+  if (n <= 0 || p.head_dim <= 0 || p.n_head <= 0) return 0;
+  const size_t z = static_cast<size_t>(split_chunks(n, p, max_keys));
+  return static_cast<size_t>(n) * static_cast<size_t>(p.n_head) * z *
+         (sizeof(float) * static_cast<size_t>(p.head_dim) + sizeof(float2));
+}
+
+bool launch_attention_split(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,
+                            const AttnDev& p, int max_keys, void* scratch, size_t scratch_bytes, float* out,
+                            cudaStream_t s) {
+  if (!fa_supported(kv, p)) return false;
+  if (n <= 0) return true;
+  const size_t need = attention_split_scratch_bytes(n, p, max_keys);
+  if (scratch == nullptr || scratch_bytes < need) return false;
+  const int z = split_chunks(n, p, max_keys);
+  FaArgs a = fa_args(kv, layer, q, n, seq, pos, p);
+  const size_t rows = static_cast<size_t>(n) * static_cast<size_t>(p.n_head) * static_cast<size_t>(z);
+  a.part_o = static_cast<float*>(scratch);
+  a.part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch) + rows * sizeof(float) * p.head_dim);
+  fa_dispatch(a, static_cast<unsigned>(z), s);
+  const int64_t th = static_cast<int64_t>(n) * p.n_head;
+  if (th > 0x7FFFFFFF) {
+    record_launch_error(cat("cuda: attention_merge_kernel: ", th, " (token, head) pairs"));
+    return true;
+  }
+  const dim3 grid(static_cast<unsigned>(th));
+  attention_merge_kernel<<<grid, p.head_dim, 0, s>>>(a.part_o, a.part_ml, z, p.head_dim, out);
+  after_launch("attention_merge_kernel", grid, dim3(p.head_dim), s);
+  return true;
+}
+
+bool attention_prefer_split(int n, const AttnDev& p) {
+  if (n <= 0 || p.n_head_kv <= 0 || p.n_head <= 0 || p.n_head % p.n_head_kv != 0) return false;
+  if (p.n_head / p.n_head_kv > kRows) return false;
+  const int64_t tiles = (static_cast<int64_t>(n) + fa_tokens_per_block(p) - 1) / fa_tokens_per_block(p) * p.n_head_kv;
+  return tiles < 264;  // fewer blocks than one wave of two per SM on an H200
+}
+
+// Test hook: see common.cuh.
+Status attention_on_device(int which, const uint16_t* k_half, const uint16_t* v_half, const int32_t* kpos,
+                           const int32_t* seq_len, int n_layer, int layer, int n_seq, int n_head_kv, int head_dim,
+                           int capacity, const float* q, int n, const int32_t* seq, const int32_t* pos, int n_head,
+                           float scale, int window, int max_keys, float* out) {
+  KvDev kv;
+  kv.n_layer = n_layer;
+  kv.n_seq = n_seq;
+  kv.n_head_kv = n_head_kv;
+  kv.head_dim = head_dim;
+  kv.capacity = capacity;
+  AttnDev p;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.head_dim = head_dim;
+  p.scale = scale;
+  p.window = window;
+  const size_t kv_elems = static_cast<size_t>(n_layer) * n_seq * n_head_kv * capacity * head_dim;
+  const size_t pos_elems = static_cast<size_t>(n_seq) * capacity;
+  const size_t q_elems = static_cast<size_t>(n) * n_head * head_dim;
+  std::vector<void*> allocs;
+  auto alloc = [&](size_t bytes, void** ptr) -> Status {
+    FRUGAL_CUDA(cudaMalloc(ptr, std::max<size_t>(bytes, 16)));
+    allocs.push_back(*ptr);
+    return ok_status();
+  };
+  auto run = [&]() -> Status {
+    void *dk = nullptr, *dv = nullptr, *dpos = nullptr, *dlen = nullptr, *dq = nullptr, *dseq = nullptr;
+    void *dqpos = nullptr, *dout = nullptr, *dscratch = nullptr;
+    FRUGAL_RETURN_IF_ERROR(alloc(kv_elems * sizeof(__half), &dk));
+    FRUGAL_RETURN_IF_ERROR(alloc(kv_elems * sizeof(__half), &dv));
+    FRUGAL_RETURN_IF_ERROR(alloc(pos_elems * sizeof(int32_t), &dpos));
+    FRUGAL_RETURN_IF_ERROR(alloc(static_cast<size_t>(n_seq) * sizeof(int32_t), &dlen));
+    FRUGAL_RETURN_IF_ERROR(alloc(q_elems * sizeof(float), &dq));
+    FRUGAL_RETURN_IF_ERROR(alloc(static_cast<size_t>(n) * sizeof(int32_t), &dseq));
+    FRUGAL_RETURN_IF_ERROR(alloc(static_cast<size_t>(n) * sizeof(int32_t), &dqpos));
+    FRUGAL_RETURN_IF_ERROR(alloc(q_elems * sizeof(float), &dout));
+    FRUGAL_CUDA(cudaMemcpy(dk, k_half, kv_elems * sizeof(__half), cudaMemcpyHostToDevice));
+    FRUGAL_CUDA(cudaMemcpy(dv, v_half, kv_elems * sizeof(__half), cudaMemcpyHostToDevice));
+    FRUGAL_CUDA(cudaMemcpy(dpos, kpos, pos_elems * sizeof(int32_t), cudaMemcpyHostToDevice));
+    FRUGAL_CUDA(cudaMemcpy(dlen, seq_len, static_cast<size_t>(n_seq) * sizeof(int32_t), cudaMemcpyHostToDevice));
+    FRUGAL_CUDA(cudaMemcpy(dq, q, q_elems * sizeof(float), cudaMemcpyHostToDevice));
+    FRUGAL_CUDA(cudaMemcpy(dseq, seq, static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyHostToDevice));
+    FRUGAL_CUDA(cudaMemcpy(dqpos, pos, static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyHostToDevice));
+    // NaN bytes (0xFF) in the output: a row the kernel forgets to write fails the comparison.
+    FRUGAL_CUDA(cudaMemset(dout, 0xFF, q_elems * sizeof(float)));
+    kv.k = static_cast<__half*>(dk);
+    kv.v = static_cast<__half*>(dv);
+    kv.pos = static_cast<int32_t*>(dpos);
+    kv.seq_len = static_cast<int32_t*>(dlen);
+    const auto* dq_f = static_cast<const float*>(dq);
+    const auto* dseq_i = static_cast<const int32_t*>(dseq);
+    const auto* dpos_i = static_cast<const int32_t*>(dqpos);
+    auto* dout_f = static_cast<float*>(dout);
+    bool handled = true;
+    if (which == 0) {
+      launch_attention(kv, layer, dq_f, n, dseq_i, dpos_i, p, dout_f, nullptr);
+    } else if (which == 1) {
+      handled = launch_attention_flash(kv, layer, dq_f, n, dseq_i, dpos_i, p, dout_f, nullptr);
+    } else {
+      const size_t bytes = attention_split_scratch_bytes(n, p, max_keys);
+      FRUGAL_RETURN_IF_ERROR(alloc(bytes, &dscratch));
+      // Garbage in the scratch too: every partial must be written before the merge reads it.
+      FRUGAL_CUDA(cudaMemset(dscratch, 0xFF, std::max<size_t>(bytes, 16)));
+      handled = launch_attention_split(kv, layer, dq_f, n, dseq_i, dpos_i, p, max_keys, dscratch, bytes, dout_f,
+                                       nullptr);
+    }
+    if (!handled) return fail(ErrorCode::kNotSupported, "attention_on_device: launcher ", which, " declined");
+    FRUGAL_RETURN_IF_ERROR(take_launch_error());
+    FRUGAL_CUDA(cudaDeviceSynchronize());
+    FRUGAL_CUDA(cudaMemcpy(out, dout, q_elems * sizeof(float), cudaMemcpyDeviceToHost));
+    return ok_status();
+  };
+  Status st = run();
+  for (void* ptr : allocs) cudaFree(ptr);
+  return st;
+}
+
+// Bench hook: see common.cuh.
+Status attention_bench_on_device(int which, int n_head, int n_head_kv, int head_dim, int n_ctx, int n, int reps,
+                                 double* ms) {
+  KvDev kv;
+  kv.n_layer = 1;
+  kv.n_seq = 1;
+  kv.n_head_kv = n_head_kv;
+  kv.head_dim = head_dim;
+  kv.capacity = n_ctx;
+  AttnDev p;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.head_dim = head_dim;
+  p.scale = 1.f / sqrtf(static_cast<float>(head_dim));
+  const size_t kv_elems = static_cast<size_t>(n_head_kv) * n_ctx * head_dim;
+  const size_t q_elems = static_cast<size_t>(n) * n_head * head_dim;
+  std::vector<int32_t> kpos(static_cast<size_t>(n_ctx)), qseq(static_cast<size_t>(n), 0), qpos(static_cast<size_t>(n));
+  for (int i = 0; i < n_ctx; ++i) kpos[static_cast<size_t>(i)] = i;
+  for (int i = 0; i < n; ++i) qpos[static_cast<size_t>(i)] = n_ctx - n + i;
+  const int32_t len = n_ctx;
+  std::vector<void*> allocs;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  auto alloc = [&](size_t bytes, void** ptr) -> Status {
+    FRUGAL_CUDA(cudaMalloc(ptr, std::max<size_t>(bytes, 16)));
+    allocs.push_back(*ptr);
+    return ok_status();
+  };
+  auto run = [&]() -> Status {
+    void *dk = nullptr, *dv = nullptr, *dpos = nullptr, *dlen = nullptr, *dq = nullptr, *dseq = nullptr;
+    void *dqpos = nullptr, *dout = nullptr, *dscratch = nullptr;
+    FRUGAL_RETURN_IF_ERROR(alloc(kv_elems * sizeof(__half), &dk));
+    FRUGAL_RETURN_IF_ERROR(alloc(kv_elems * sizeof(__half), &dv));
+    FRUGAL_RETURN_IF_ERROR(alloc(kpos.size() * sizeof(int32_t), &dpos));
+    FRUGAL_RETURN_IF_ERROR(alloc(sizeof(int32_t), &dlen));
+    FRUGAL_RETURN_IF_ERROR(alloc(q_elems * sizeof(float), &dq));
+    FRUGAL_RETURN_IF_ERROR(alloc(qseq.size() * sizeof(int32_t), &dseq));
+    FRUGAL_RETURN_IF_ERROR(alloc(qpos.size() * sizeof(int32_t), &dqpos));
+    FRUGAL_RETURN_IF_ERROR(alloc(q_elems * sizeof(float), &dout));
+    FRUGAL_CUDA(cudaMemset(dk, 0x2C, kv_elems * sizeof(__half)));  // 0x2C2C: about 0.06
+    FRUGAL_CUDA(cudaMemset(dv, 0x3C, kv_elems * sizeof(__half)));
+    FRUGAL_CUDA(cudaMemset(dq, 0, q_elems * sizeof(float)));
+    FRUGAL_CUDA(cudaMemcpy(dpos, kpos.data(), kpos.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    FRUGAL_CUDA(cudaMemcpy(dlen, &len, sizeof(int32_t), cudaMemcpyHostToDevice));
+    FRUGAL_CUDA(cudaMemcpy(dseq, qseq.data(), qseq.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    FRUGAL_CUDA(cudaMemcpy(dqpos, qpos.data(), qpos.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    kv.k = static_cast<__half*>(dk);
+    kv.v = static_cast<__half*>(dv);
+    kv.pos = static_cast<int32_t*>(dpos);
+    kv.seq_len = static_cast<int32_t*>(dlen);
+    const size_t bytes = attention_split_scratch_bytes(n, p, n_ctx);
+    FRUGAL_RETURN_IF_ERROR(alloc(bytes, &dscratch));
+    auto once = [&]() -> bool {
+      const auto* qf = static_cast<const float*>(dq);
+      const auto* si = static_cast<const int32_t*>(dseq);
+      const auto* pi = static_cast<const int32_t*>(dqpos);
+      auto* of = static_cast<float*>(dout);
+      if (which == 0) {
+        launch_attention(kv, 0, qf, n, si, pi, p, of, nullptr);
+        return true;
+      }
+      if (which == 1) return launch_attention_flash(kv, 0, qf, n, si, pi, p, of, nullptr);
+      return launch_attention_split(kv, 0, qf, n, si, pi, p, n_ctx, dscratch, bytes, of, nullptr);
+    };
+    if (!once()) return fail(ErrorCode::kNotSupported, "attention_bench_on_device: launcher ", which, " declined");
+    FRUGAL_CUDA(cudaDeviceSynchronize());
+    FRUGAL_CUDA(cudaEventCreate(&e0));
+    FRUGAL_CUDA(cudaEventCreate(&e1));
+    FRUGAL_CUDA(cudaEventRecord(e0, nullptr));
+    for (int i = 0; i < reps; ++i) once();
+    FRUGAL_CUDA(cudaEventRecord(e1, nullptr));
+    FRUGAL_CUDA(cudaEventSynchronize(e1));
+    float t = 0.f;
+    FRUGAL_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    *ms = static_cast<double>(t) / std::max(reps, 1);
+    return take_launch_error();
+  };
+  Status st = run();
+  if (e0 != nullptr) cudaEventDestroy(e0);
+  if (e1 != nullptr) cudaEventDestroy(e1);
+  for (void* ptr : allocs) cudaFree(ptr);
+  return st;
+}
+
+}  // namespace frugal::cuda
