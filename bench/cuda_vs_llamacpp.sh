@@ -5,6 +5,7 @@
 #
 # Prepare here:  bench/cuda_h200.sh --pack        (frugal, cuda_tests, their libraries -> .cudabench/)
 # Run there:     [LLAMACPP_BIN=DIR] bash bench/cuda_vs_llamacpp.sh PHASE [SECONDS]
+#   PHASE all: smoke, then bench, in one call (about 5 minutes with the three 8B files to write)
 #   LLAMACPP_BIN: a llama.cpp CUDA build's bin folder (llama-bench, llama-batched-bench), built
 #   outside this repository; without it only frugal is measured.
 #   PHASE smoke: the CUDA tests, greedy identity with the CPU on stories260K and the default model,
@@ -70,7 +71,7 @@ step() {
 # Peak host RSS of a command in MiB (GNU time when present, else the process's own report).
 TIME=$(command -v /usr/bin/time || true)
 
-if [ "$PHASE" = smoke ]; then
+if [ "$PHASE" = smoke ] || [ "$PHASE" = all ]; then
   export FRUGAL_TEST_MODELS=$PACK/models
   step cuda-tests 240 "$T" --gtest_color=no
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|^logits|^matmul|^greedy|rel_l2" "$WORK/cuda-tests.out" | head -60
@@ -96,7 +97,7 @@ if [ "$PHASE" = smoke ]; then
       "$ROOT/tests/server_e2e/run.sh" "$PACK/bin"
     grep -E "^# (tests|pass|fail|skipped)|^not ok" "$WORK/serve-e2e-cuda.out" | head -20
   fi
-  exit 0
+  [ "$PHASE" = all ] || exit 0
 fi
 
 # ---- bench ----
