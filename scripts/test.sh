@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (Release, warnings as errors) into build/ and runs
-# every test; then the test suite again under AddressSanitizer + UBSan (build-asan/; every binary
-# but the ones excluded below, each with its reason), every fuzz target for 60 s (build-fuzz/,
+# every test; then the test suite again under AddressSanitizer + UBSan (build-asan/; every test
+# but the one excluded below, with its reason), every fuzz target for 60 s (build-fuzz/,
 # scripts/fuzz.sh), and the server end-to-end tests with the official npm clients. Ends with the
 # names of the tests that were skipped. build/bin/frugal is usable afterwards.
 set -euo pipefail
