@@ -2,7 +2,8 @@
 # Installs with apt what a fresh Debian 12 machine lacks to build and test frugal.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libhwy-dev libcli11-dev nlohmann-json3-dev
-          libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev)
+          libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+          clang libclang-rt-dev)  # clang and its libFuzzer runtime: the fuzz preset (scripts/fuzz.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

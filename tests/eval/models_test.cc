@@ -72,7 +72,9 @@ TEST(DefaultModel, SolvesEveryFamilyAtItsTrainedLength) {
   suite.n = 20;
   suite.seed = 1000;
   suite.kl_examples = 0;
+  // Greedy, as tools/cmd_eval.cc sets it: EvalConfig's GenerateOptions default to sampling.
   EvalConfig config{"default", {}};
+  config.gen.sampling.temperature = 0;
   auto report = run_eval(**model, **tok, *backend, suite, config, nullptr);
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   ASSERT_EQ(report->cells.size(), task_family_names().size());

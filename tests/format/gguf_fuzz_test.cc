@@ -1,6 +1,7 @@
 // Seeded random truncations and corruptions of a small valid file: the reader must never crash
 // or read outside the file, and must either succeed or fail with a clean one-line message.
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -87,6 +88,53 @@ TEST(GgufFuzz, RandomTruncationsAndCorruptionsFailCleanly) {
   // Both outcomes must actually occur, or the mutations are not exercising the reader.
   EXPECT_GT(opened, 20);
   EXPECT_GT(failed, 500);
+}
+
+// from_memory (what the fuzz target drives) must judge every file exactly as open() does: the
+// same verdict, the same message (with the name in place of the path), the same tensor table.
+TEST(GgufFuzz, FromMemoryAgreesWithOpen) {
+  const std::vector<uint8_t> base = small_valid_file();
+  const std::string path = test::scratch_path("from_memory.gguf");
+  std::mt19937_64 rng(99);
+  int opened = 0, failed = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    std::vector<uint8_t> bytes = base;
+    if (iter > 0) {
+      if (rng() % 2) bytes.resize(1 + rng() % (bytes.size() - 1));
+      const int flips = static_cast<int>(rng() % 3);
+      for (int k = 0; k < flips; ++k) bytes[rng() % bytes.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    }
+    test::write_file(path, bytes);
+    auto a = GgufFile::open(path);
+    // An exact-size heap copy: a read past its end is an ASan error in the sanitizer run.
+    std::vector<uint8_t> copy(bytes);
+    auto b = GgufFile::from_memory(copy.data(), copy.size(), path);
+    ASSERT_EQ(a.ok(), b.ok()) << "iteration " << iter << ": " << (a.ok() ? b : a).status().to_string();
+    if (!a.ok()) {
+      ++failed;
+      EXPECT_EQ(a.status().code(), b.status().code());
+      EXPECT_EQ(a.status().message(), b.status().message());
+      continue;
+    }
+    ++opened;
+    ASSERT_EQ((*a)->metadata().size(), (*b)->metadata().size());
+    ASSERT_EQ((*a)->tensors().size(), (*b)->tensors().size());
+    EXPECT_EQ((*a)->data_offset(), (*b)->data_offset());
+    for (size_t i = 0; i < (*a)->tensors().size(); ++i) {
+      const GgufTensorInfo& ta = (*a)->tensors()[i];
+      const GgufTensorInfo& tb = (*b)->tensors()[i];
+      EXPECT_EQ(ta.name, tb.name);
+      EXPECT_EQ(ta.offset, tb.offset);
+      ASSERT_EQ(ta.nbytes, tb.nbytes);
+      EXPECT_EQ(tb.data, copy.data() + (*b)->data_offset() + tb.offset);  // into the caller's bytes
+      EXPECT_EQ(std::memcmp(ta.data, tb.data, ta.nbytes), 0);
+    }
+  }
+  EXPECT_GT(opened, 10);
+  EXPECT_GT(failed, 50);
+  auto empty = GgufFile::from_memory(base.data(), 0, "empty.gguf");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message(), "empty.gguf: file is empty");
 }
 
 }  // namespace

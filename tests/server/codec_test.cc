@@ -107,6 +107,15 @@ TEST_F(CodecTest, OpenAIBadRequestsName400sAnd404s) {
       {R"({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1})", 400, "out of range"},
       {R"({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1000000000})", 400,
        "out of range"},
+      // Found by tests/fuzz/anthropic.cc: integers written as doubles past int64's range were
+      // converted before the range check (undefined behaviour; UBSan stopped on it).
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 18888888888888888888888888888})",
+       400, "out of range"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1e300})", 400, "out of range"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9223372036854775808.0})", 400,
+       "out of range"},
+      {R"({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2.5})", 400,
+       "'max_tokens' must be an integer"},
       {R"({"model": "tiny", "messages": []})", 400, "must not be empty"},
       {R"({"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]})", 400, "'wizard'"},
       {R"({"model": "tiny", "messages": [{"role": "user", "content": 5}]})", 400, "content must be"},
@@ -140,6 +149,27 @@ TEST_F(CodecTest, CompletionsAcceptEveryPromptForm) {
   GenSpec bad;
   auto c2 = make_openai_completion_codec(*served_, 1);
   EXPECT_EQ(parse(*c2, R"({"model": "tiny", "prompt": {"x": 1}})", bad)->status, 400);
+}
+
+// Token ids are checked against the vocabulary before they are narrowed to 32 bits: 4294967297
+// (2^32 + 1) used to become id 1 and run as a valid prompt.
+TEST_F(CodecTest, CompletionsRefuseTokenIdsOutsideTheVocabulary) {
+  const int64_t n_vocab = model_->config().n_vocab;
+  const std::vector<std::string> bad_lists = {"[4294967297]", "[-1]", "[1, " + std::to_string(n_vocab) + "]",
+                                              "[18446744073709551615]"};
+  for (const std::string& ids : bad_lists) {
+    GenSpec spec;
+    auto c = make_openai_completion_codec(*served_, 1);
+    auto e = parse(*c, R"({"model": "tiny", "prompt": )" + ids + "}", spec);
+    ASSERT_TRUE(e.has_value()) << ids;
+    EXPECT_EQ(e->status, 400) << ids;
+    EXPECT_NE(e->message.find("token ids must be in [0, " + std::to_string(n_vocab) + ")"), std::string::npos)
+        << e->message;
+  }
+  GenSpec spec;
+  auto c = make_openai_completion_codec(*served_, 1);
+  ASSERT_FALSE(parse(*c, R"({"model": "tiny", "prompt": [0, )" + std::to_string(n_vocab - 1) + "]}", spec));
+  EXPECT_EQ(spec.prompts[0], (std::vector<TokenId>{0, static_cast<TokenId>(n_vocab - 1)}));
 }
 
 TEST_F(CodecTest, ErrorShapesFollowEachApi) {

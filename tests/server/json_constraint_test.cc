@@ -182,6 +182,54 @@ TEST(JsonConstraint, StringAndArrayLengths) {
   EXPECT_FALSE(accepts_prefix(a, "[1,2,"));
 }
 
+// Found by tests/fuzz/json_schema.cc: string bytes were taken one by one, so a model could close
+// a string after a stray byte such as 0xC0 and "complete" a document no JSON parser accepts. Every
+// case is checked against nlohmann's parser as well.
+TEST(JsonConstraint, StringsStayValidUtf8) {
+  auto obj = JsonSchema::any_json_object();
+  const auto doc = [](const std::string& inner) { return "{\"name\": \"" + inner + "\", \"age\": 43}"; };
+  // The fuzzer's input, reduced: a 0xC0 byte at the end of a string.
+  EXPECT_FALSE(accepts_prefix(obj, doc("Ann\xC0")));
+  for (const std::string good : {"\xC3\xA9", "\xE6\x97\xA5\xE6\x9C\xAC", "\xF0\x9F\x99\x82", "\xED\x9F\xBF",
+                                 "\xEE\x80\x80", "\xF4\x8F\xBF\xBF", "\xE0\xA0\x80", "\xF0\x90\x80\x80"}) {
+    EXPECT_TRUE(accepts(obj, doc(good))) << good;
+    EXPECT_TRUE(json::accept(doc(good))) << good;
+  }
+  for (const std::string bad : {"\x80", "\xBF", "\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xED\xA0\x80",
+                                "\xF0\x80\x80\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xFF",
+                                "\xC3", "\xE6\x97", "\xF0\x9F\x99", "\xC3\x41"}) {
+    EXPECT_FALSE(accepts(obj, doc(bad))) << ::testing::PrintToString(bad);
+    EXPECT_FALSE(json::accept(doc(bad))) << ::testing::PrintToString(bad);
+  }
+  // A character may arrive split over several tokens.
+  JsonMatcher m(obj);
+  ASSERT_TRUE(m.feed("{\"a\": \"\xF0\x9F"));
+  ASSERT_TRUE(m.feed("\x99"));
+  JsonMatcher scratch(obj);
+  EXPECT_FALSE(m.accepts("\"", scratch));  // not before the last byte
+  ASSERT_TRUE(m.feed("\x82\"}"));
+  EXPECT_TRUE(m.complete());
+}
+
+// The same for \u escapes: nlohmann (like any strict parser) refuses a surrogate without its pair.
+TEST(JsonConstraint, SurrogateEscapesComeInPairs) {
+  auto obj = JsonSchema::any_json_object();
+  const auto doc = [](const std::string& inner) { return "{\"s\": \"" + inner + "\"}"; };
+  for (const std::string good : {"\\u00e9", "\\uD7FF", "\\uE000", "\\uD83D\\uDE00", "\\ud83d\\ude00", "\\uDBFF\\uDFFF"}) {
+    EXPECT_TRUE(accepts(obj, doc(good))) << good;
+    EXPECT_TRUE(json::accept(doc(good))) << good;
+  }
+  for (const std::string bad : {"\\uD83D", "\\uD83Dx", "\\uD83D\\n", "\\uD83D\\u0041", "\\uDE00", "\\uDFFF", "\\uD83D\\uD83D"}) {
+    EXPECT_FALSE(accepts(obj, doc(bad))) << bad;
+    EXPECT_FALSE(json::accept(doc(bad))) << bad;
+  }
+  // A pair is one character for maxLength, as is a multi-byte one.
+  auto one = schema(R"({"type": "string", "maxLength": 1})");
+  EXPECT_TRUE(accepts(one, "\"\\uD83D\\uDE00\""));
+  EXPECT_TRUE(accepts(one, "\"\xF0\x9F\x99\x82\""));
+  EXPECT_FALSE(accepts_prefix(one, "\"\\uD83D\\uDE00a"));
+}
+
 TEST(JsonConstraint, LimitsKeepGenerationFinite) {
   auto obj = JsonSchema::any_json_object();
   EXPECT_TRUE(accepts_prefix(obj, run_of("{", ' ', kMaxWhitespace)));

@@ -16,18 +16,6 @@
 namespace frugal {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 struct Loaded {
   std::unique_ptr<GgufFile> file;
   std::unique_ptr<Tokenizer> tok;
@@ -362,14 +350,16 @@ std::string big_text(size_t bytes) {
   return s;
 }
 
-// CPU time of this thread: the test machine is shared, so wall time says little.
+// CPU time of this thread, printed for whoever reads the log (the machine is shared, so wall time
+// says little). Speed is not asserted: a unit test must not fail on a slow or busy machine; the
+// benchmarks in bench/ are where speed is measured.
 double thread_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-TEST(Qwen2, LoadsAndEncodes100KBQuickly) {
+TEST(Qwen2, LoadsAndRoundTrips100KB) {
   auto f = GgufFile::open(std::string(FRUGAL_SHARED_MODELS_DIR) + "/vocab-qwen2.gguf");
   ASSERT_TRUE(f.ok());
   const double t0 = thread_cpu_seconds();
@@ -384,10 +374,6 @@ TEST(Qwen2, LoadsAndEncodes100KBQuickly) {
   std::printf("vocab-qwen2 (CPU time): tokenizer build %.3f s, encode %zu bytes -> %zu tokens %.3f s\n", t1 - t0,
               text.size(), ids->size(), t3 - t2);
   EXPECT_EQ(detok(**tok, *ids, false), text);
-  if (!kSanitized) {
-    EXPECT_LT(t1 - t0, 1.0);
-    EXPECT_LT(t3 - t2, 1.0);
-  }
 }
 
 }  // namespace

@@ -278,7 +278,15 @@ constexpr uint8_t kObjStart = 0, kObjColon = 1, kObjAfterValue = 2, kObjComma = 
 // Array states.
 constexpr uint8_t kArrStart = 0, kArrAfterValue = 1, kArrComma = 2;
 // String states: 0 plain, 1 after backslash, 2..5 inside \uXXXX.
-constexpr uint8_t kStrPlain = 0, kStrEscape = 1, kStrHex0 = 2;
+constexpr uint8_t kStrPlain = 0, kStrEscape = 1, kStrHex0 = 2;  // kStrHex0 + i: i digits of \uXXXX read
+// A string must stay text a JSON parser accepts: well-formed UTF-8 (no overlong forms, surrogates
+// or code points past U+10FFFF, RFC 3629) and \u escapes whose surrogates come in pairs.
+constexpr uint8_t kStrHexD = 6;                           // \uD read: the next digit tells a surrogate
+constexpr uint8_t kStrHigh2 = 7, kStrHigh3 = 8;           // \uD8.. - \uDB..: a high surrogate
+constexpr uint8_t kStrLowBackslash = 9, kStrLowU = 10;    // its low half must follow: "\u"
+constexpr uint8_t kStrLowD = 11, kStrLowC = 12;           // then 'D' and one of C-F
+constexpr uint8_t kStrCont1 = 13, kStrCont2 = 14, kStrCont3 = 15;  // continuation bytes 80-BF left
+constexpr uint8_t kStrAfterE0 = 16, kStrAfterED = 17, kStrAfterF0 = 18, kStrAfterF4 = 19;  // narrower first
 // Number states; terminal ones can end the number.
 enum : uint8_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp };
 bool number_terminal(uint8_t s) { return s == kNumZero || s == kNumInt || s == kNumFrac || s == kNumExp; }
@@ -539,6 +547,13 @@ JsonMatcher::R JsonMatcher::string_step(char c) {
     return true;
   };
   const auto u = static_cast<unsigned char>(c);
+  const auto to = [&](uint8_t next) {
+    f.state = next;
+    return R::kAccept;
+  };
+  const auto cont = [&](unsigned char lo, unsigned char hi, uint8_t next) {
+    return u >= lo && u <= hi ? to(next) : R::kReject;
+  };
   switch (f.state) {
     case kStrPlain:
       if (c == '"') {
@@ -547,26 +562,47 @@ JsonMatcher::R JsonMatcher::string_step(char c) {
         return R::kAccept;
       }
       if (u < 0x20) return R::kReject;
-      if (c == '\\') {
+      if (u < 0x80 || (u >= 0xC2 && u <= 0xF4)) {
+        // The lead byte counts the character; its continuation bytes belong to it.
         if (!count_char()) return R::kReject;
-        f.state = kStrEscape;
-        return R::kAccept;
       }
-      // UTF-8 continuation bytes belong to the character already counted.
-      if ((u & 0xC0) != 0x80 && !count_char()) return R::kReject;
-      return R::kAccept;
+      if (c == '\\') return to(kStrEscape);
+      if (u < 0x80) return R::kAccept;
+      if (u >= 0xC2 && u <= 0xDF) return to(kStrCont1);
+      if (u == 0xE0) return to(kStrAfterE0);
+      if (u == 0xED) return to(kStrAfterED);
+      if (u >= 0xE1 && u <= 0xEF) return to(kStrCont2);
+      if (u == 0xF0) return to(kStrAfterF0);
+      if (u == 0xF4) return to(kStrAfterF4);
+      if (u >= 0xF1 && u <= 0xF3) return to(kStrCont3);
+      return R::kReject;  // a stray continuation byte, C0/C1 (overlong) or F5-FF
+    case kStrCont1: return cont(0x80, 0xBF, kStrPlain);
+    case kStrCont2: return cont(0x80, 0xBF, kStrCont1);
+    case kStrCont3: return cont(0x80, 0xBF, kStrCont2);
+    case kStrAfterE0: return cont(0xA0, 0xBF, kStrCont1);  // below A0: overlong
+    case kStrAfterED: return cont(0x80, 0x9F, kStrCont1);  // above 9F: a surrogate
+    case kStrAfterF0: return cont(0x90, 0xBF, kStrCont2);  // below 90: overlong
+    case kStrAfterF4: return cont(0x80, 0x8F, kStrCont2);  // above 8F: past U+10FFFF
     case kStrEscape:
-      if (c == 'u') {
-        f.state = kStrHex0;
-        return R::kAccept;
-      }
+      if (c == 'u') return to(kStrHex0);
       if (std::string_view("\"\\/bfnrt").find(c) == std::string_view::npos) return R::kReject;
-      f.state = kStrPlain;
-      return R::kAccept;
-    default:  // \uXXXX
+      return to(kStrPlain);
+    case kStrHex0:
+      if (c == 'd' || c == 'D') return to(kStrHexD);
+      return is_hex(c) ? to(kStrHex0 + 1) : R::kReject;
+    case kStrHexD:
+      if (c >= '0' && c <= '7') return to(kStrHex0 + 2);
+      if (std::string_view("89abAB").find(c) != std::string_view::npos) return to(kStrHigh2);
+      return R::kReject;  // a low surrogate without its high half (or not a digit)
+    case kStrHigh2: return is_hex(c) ? to(kStrHigh3) : R::kReject;
+    case kStrHigh3: return is_hex(c) ? to(kStrLowBackslash) : R::kReject;
+    case kStrLowBackslash: return c == '\\' ? to(kStrLowU) : R::kReject;  // same character: not counted
+    case kStrLowU: return c == 'u' ? to(kStrLowD) : R::kReject;
+    case kStrLowD: return c == 'd' || c == 'D' ? to(kStrLowC) : R::kReject;
+    case kStrLowC: return std::string_view("cdefCDEF").find(c) != std::string_view::npos ? to(kStrHex0 + 2) : R::kReject;
+    default:  // kStrHex0 + 1 .. kStrHex0 + 3
       if (!is_hex(c)) return R::kReject;
-      f.state = f.state == kStrHex0 + 3 ? kStrPlain : static_cast<uint8_t>(f.state + 1);
-      return R::kAccept;
+      return to(f.state == kStrHex0 + 3 ? kStrPlain : static_cast<uint8_t>(f.state + 1));
   }
 }
 

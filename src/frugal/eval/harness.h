@@ -26,7 +26,9 @@ struct EvalSuite {
 
 struct EvalConfig {
   std::string label;       // shown in tables, e.g. "kv-type=f16"
-  GenerateOptions gen;     // greedy unless the caller says otherwise
+  // Used as given: GenerateOptions' default samples (temperature 0.8, top-k 40, ...); `frugal eval`
+  // sets sampling.temperature = 0 for greedy decoding, and so must any caller that wants greedy.
+  GenerateOptions gen;
 };
 
 struct ExampleResult {

@@ -56,6 +56,11 @@ class GgufFile {
  public:
   // Opens, maps and validates `path`. Every error names the file and the key or tensor at fault.
   static Result<std::unique_ptr<GgufFile>> open(const std::string& path, const GgufOpenOptions& opts = {});
+  // Validates `size` bytes the caller keeps alive as long as the GgufFile (tensor data points into
+  // them; nothing is copied); `name` stands for the path in errors. The same checks as open(), but
+  // a read past the end lands outside an exact-size buffer where AddressSanitizer sees it, not in
+  // the zero tail of an mmap'd page (the fuzz target uses this).
+  static Result<std::unique_ptr<GgufFile>> from_memory(const void* data, size_t size, std::string name);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;

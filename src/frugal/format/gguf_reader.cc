@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "frugal/format/gguf.h"
 #include "frugal/format/gguf_internal.h"
@@ -391,6 +392,16 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path, const 
   GgufReaderImpl reader(*f, base, f->size_);
   FRUGAL_RETURN_IF_ERROR(reader.parse());
   if (opts.prefault) prefault(base, f->size_, opts);
+  return f;
+}
+
+Result<std::unique_ptr<GgufFile>> GgufFile::from_memory(const void* data, size_t size, std::string name) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->path_ = std::move(name);
+  f->size_ = size;
+  if (size == 0) return error(ErrorCode::kCorrupt, "{}: file is empty", f->path_);
+  GgufReaderImpl reader(*f, static_cast<const uint8_t*>(data), size);
+  FRUGAL_RETURN_IF_ERROR(reader.parse());
   return f;
 }
 

@@ -1,6 +1,7 @@
 #include "frugal/server/api.h"
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <random>
@@ -80,8 +81,16 @@ std::optional<int64_t> FieldReader::integer(const char* key, int64_t min, int64_
       return std::nullopt;
     }
     x = v->get<int64_t>();
-  } else if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
-    x = static_cast<int64_t>(v->get<double>());  // 5.0 is an integer in JSON
+  } else if (v->is_number_float() && v->get<double>() == std::trunc(v->get<double>())) {
+    // 5.0 is an integer in JSON. The range is checked before converting: a double past int64's
+    // range (1e30, or a literal too long for uint64 that the parser kept as a double) has no
+    // int64 value, and the conversion would be undefined.
+    const double d = v->get<double>();
+    if (!(d >= -0x1p63 && d < 0x1p63)) {
+      err = bad_request(fmt::format("'{}' = {} is out of range [{}, {}]", key, v->dump(), min, max), key);
+      return std::nullopt;
+    }
+    x = static_cast<int64_t>(d);
   } else {
     err = bad_request(fmt::format("'{}' must be an integer, not {}", key, v->dump()), key);
     return std::nullopt;

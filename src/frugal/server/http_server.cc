@@ -15,7 +15,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr int kMaxNesting = 64;
 constexpr auto kKeepAliveEvery = std::chrono::seconds(2);
 
 const char* api_name(ApiKind api) {
@@ -136,8 +135,8 @@ struct HttpServer::Impl {
   int port = -1;
 
   std::optional<json> parse_body(const httplib::Request& req, httplib::Response& res, ApiKind api) {
-    if (json_nesting_depth(req.body) > kMaxNesting) {
-      send_error(res, api, bad_request(fmt::format("the JSON body is nested deeper than {} levels", kMaxNesting)));
+    if (json_nesting_depth(req.body) > kMaxJsonNesting) {
+      send_error(res, api, bad_request(fmt::format("the JSON body is nested deeper than {} levels", kMaxJsonNesting)));
       return std::nullopt;
     }
     json body = json::parse(req.body, nullptr, false);

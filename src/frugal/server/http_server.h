@@ -44,7 +44,8 @@ class HttpServer {
 };
 
 // Deepest nesting of arrays and objects in a JSON text (strings skipped), without parsing it;
-// bodies are checked with it before the parser sees them.
+// bodies are checked with it before the parser sees them, and refused (400) past kMaxJsonNesting.
 int json_nesting_depth(std::string_view text);
+inline constexpr int kMaxJsonNesting = 64;
 
 }  // namespace frugal::server

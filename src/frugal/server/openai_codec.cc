@@ -287,9 +287,16 @@ class OpenAICompletion : public OpenAIBase {
   std::optional<ApiError> read_prompts(const json& p, GenSpec& spec) {
     const auto ids = [&](const json& arr) -> std::optional<ApiError> {
       std::vector<TokenId> out;
+      const int64_t n_vocab = m_.model().config().n_vocab;
       for (const auto& t : arr) {
         if (!t.is_number_integer()) return bad_request("'prompt' token lists must hold integers", "prompt");
-        out.push_back(static_cast<TokenId>(t.get<int64_t>()));
+        // Checked here, before the narrowing to TokenId: 4294967297 would otherwise become id 1.
+        // (Unsigned values past int64 read as negative, so they fail too.)
+        const int64_t id = t.get<int64_t>();
+        if (id < 0 || id >= n_vocab) {
+          return bad_request(fmt::format("'prompt' token ids must be in [0, {}), not {}", n_vocab, t.dump()), "prompt");
+        }
+        out.push_back(static_cast<TokenId>(id));
       }
       spec.prompts.push_back(std::move(out));
       return std::nullopt;
