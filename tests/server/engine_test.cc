@@ -65,13 +65,15 @@ class EngineTest : public ::testing::Test {
     auto m = Model::load(testing::tiny_chat_model_path());
     ASSERT_TRUE(m.ok()) << m.status().message();
     model_ = std::move(m).value().release();
+    // The reference runs on a Model and a backend of its own: each runs one batch at a time, and
+    // the engine's loop may still be stepping when a reference starts.
+    auto rm = Model::load(testing::tiny_chat_model_path());
+    ASSERT_TRUE(rm.ok()) << rm.status().message();
+    ref_model_ = std::move(rm).value().release();
     auto t = Tokenizer::from_gguf(model_->gguf());
     ASSERT_TRUE(t.ok()) << t.status().message();
     tok_ = std::move(t).value().release();
     backend_ = make_cpu_backend(CpuBackendOptions{2}).release();
-    // The reference runs on a backend of its own: a backend (and its thread pool and scratch) is
-    // driven by one thread at a time, and the engine's loop may still be stepping when a
-    // reference starts.
     ref_backend_ = make_cpu_backend(CpuBackendOptions{2}).release();
   }
   static void TearDownTestSuite() {
@@ -79,6 +81,7 @@ class EngineTest : public ::testing::Test {
     delete ref_backend_;
     delete backend_;
     delete tok_;
+    delete ref_model_;
     delete model_;
   }
 
@@ -101,7 +104,7 @@ class EngineTest : public ::testing::Test {
     go.n_predict = n;
     go.n_ctx = 256;
     go.sampling = s;
-    auto r = generate(*model_, *tok_, *ref_backend_, p, go);
+    auto r = generate(*ref_model_, *tok_, *ref_backend_, p, go);
     EXPECT_TRUE(r.ok()) << r.status().message();
     return *r;
   }
@@ -121,11 +124,13 @@ class EngineTest : public ::testing::Test {
   }
 
   static Model* model_;
+  static Model* ref_model_;
   static Tokenizer* tok_;
   static Backend* backend_;
   static Backend* ref_backend_;
 };
 Model* EngineTest::model_ = nullptr;
+Model* EngineTest::ref_model_ = nullptr;
 Tokenizer* EngineTest::tok_ = nullptr;
 Backend* EngineTest::backend_ = nullptr;
 Backend* EngineTest::ref_backend_ = nullptr;

@@ -195,6 +195,15 @@ void Model::layer_forward(int il, int64_t n, KvCache& kv, Backend& be, const Bat
 }
 
 Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logits) {
+  if (in_forward_.exchange(true, std::memory_order_acquire)) {
+    return error(ErrorCode::kInvalidArgument,
+                 "model: forward called from a second thread while one is running (a Model runs one batch at a "
+                 "time; load it once per concurrent loop)");
+  }
+  struct Release {
+    std::atomic<bool>& flag;
+    ~Release() { flag.store(false, std::memory_order_release); }
+  } release{in_forward_};
   FRUGAL_RETURN_IF_ERROR(check_batch(batch, kv));
   FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits));
   if (done) return ok_status();

@@ -3,6 +3,7 @@
 // token with its own position) written once against the Backend op set.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -87,7 +88,9 @@ class Model {
   KvCacheOptions kv_options(int n_seq, int capacity, DType dtype = DType::kF16) const;
 
   // Runs the batch, appending every token's K/V to `kv`. Writes n_logits() rows of n_vocab floats
-  // to `logits`, in batch order of the tokens that asked for them.
+  // to `logits`, in batch order of the tokens that asked for them. One thread at a time: the
+  // activations live in this object, so a second concurrent call is refused (kInvalidArgument)
+  // rather than allowed to corrupt the first; load the model twice to run two loops at once.
   Status forward(const Batch& batch, KvCache& kv, Backend& backend, float* logits);
 
  private:
@@ -101,6 +104,7 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   std::unique_ptr<Workspace> ws_;
+  std::atomic<bool> in_forward_{false};
 };
 
 }  // namespace frugal
