@@ -11,8 +11,9 @@
 // EOS ignored) against a server with --parallel 1 and one with --parallel 8; aggregate output
 // tokens per second of each and their ratio.
 // Only 127.0.0.1 is contacted; every loop is bounded in count and time.
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+
+import { startServe } from './serve_process.mjs';
 
 function parseArgs(argv) {
   const a = {
@@ -58,41 +59,11 @@ function parseArgs(argv) {
   return a;
 }
 
-async function startServer(a, parallel) {
-  const args = ['serve', '-m', a.model, '--alias', 'bench', '--port', '0', '--parallel', String(parallel),
-    '-c', String(a.ctx), '--max-queue', String(a.clients * 2), '--queue-timeout', String(a.timeoutS)];
+function startServer(a, parallel) {
+  const args = ['-m', a.model, '--alias', 'bench', '--parallel', String(parallel), '-c', String(a.ctx),
+    '--max-queue', String(a.clients * 2), '--queue-timeout', String(a.timeoutS)];
   if (a.threads > 0) args.push('-t', String(a.threads));
-  const proc = spawn(a.bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  const port = await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`server did not start:\n${stderr}`)), 300000);
-    proc.stderr.on('data', (d) => {
-      stderr += d;
-      const m = stderr.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) {
-        clearTimeout(t);
-        resolve(Number(m[1]));
-      }
-    });
-    proc.on('exit', (c) => reject(new Error(`server exited (${c}):\n${stderr}`)));
-  });
-  return {
-    proc,
-    url: `http://127.0.0.1:${port}`,
-    rssBytes() {
-      try {
-        const m = fs.readFileSync(`/proc/${proc.pid}/status`, 'utf8').match(/VmRSS:\s+(\d+) kB/);
-        return m ? Number(m[1]) * 1024 : 0;
-      } catch {
-        return 0;
-      }
-    },
-    async stop() {
-      const done = new Promise((r) => proc.on('exit', r));
-      proc.kill('SIGTERM');
-      await done;
-    },
-  };
+  return startServe(a.bin, args);
 }
 
 // One streaming chat request; resolves with client-side timings or throws on any protocol error.

@@ -15,8 +15,9 @@
 // At the end: requests and errors by kind, the server's RSS every 10 s, and that the server is
 // still healthy with no running request and an empty KV cache. Exit status 1 on any error.
 // Only 127.0.0.1 is contacted; every loop is bounded by the duration.
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+
+import { startServe } from './serve_process.mjs';
 
 function parseArgs(argv) {
   const a = { bin: 'build/bin/frugal', model: '', clients: 256, duration: 600, parallel: 8, threads: 0, seed: 1, out: '' };
@@ -49,37 +50,11 @@ function rng(seed) {
   };
 }
 
-async function startServer(a) {
-  const args = ['serve', '-m', a.model, '--alias', 'soak', '--port', '0', '--parallel', String(a.parallel),
-    '--max-queue', String(a.clients * 2), '--queue-timeout', String(a.duration + 120), '--max-body', '1MiB'];
+function startServer(a) {
+  const args = ['-m', a.model, '--alias', 'soak', '--parallel', String(a.parallel), '--max-queue', String(a.clients * 2),
+    '--queue-timeout', String(a.duration + 120), '--max-body', '1MiB'];
   if (a.threads > 0) args.push('-t', String(a.threads));
-  const proc = spawn(a.bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  const port = await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`server did not start:\n${stderr}`)), 120000);
-    proc.stderr.on('data', (d) => {
-      stderr += d;
-      const m = stderr.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) {
-        clearTimeout(t);
-        resolve(Number(m[1]));
-      }
-    });
-    proc.on('exit', (c) => reject(new Error(`server exited (${c}):\n${stderr}`)));
-  });
-  return {
-    proc,
-    url: `http://127.0.0.1:${port}`,
-    stderr: () => stderr,
-    rss() {
-      try {
-        const m = fs.readFileSync(`/proc/${proc.pid}/status`, 'utf8').match(/VmRSS:\s+(\d+) kB/);
-        return m ? Number(m[1]) * 1024 : 0;
-      } catch {
-        return 0;
-      }
-    },
-  };
+  return startServe(a.bin, args, 120000);
 }
 
 const apis = {
@@ -151,8 +126,8 @@ async function main() {
   const counts = {};
   const errors = {};
   const examples = {};
-  const rss = [{ t: 0, bytes: server.rss() }];
-  const sampler = setInterval(() => rss.push({ t: Math.round((Date.now() - t0) / 1000), bytes: server.rss() }), 10000);
+  const rss = [{ t: 0, bytes: server.rssBytes() }];
+  const sampler = setInterval(() => rss.push({ t: Math.round((Date.now() - t0) / 1000), bytes: server.rssBytes() }), 10000);
   const client = async (id) => {
     const r = rng(a.seed * 100003 + id);
     while (Date.now() < end) {
@@ -174,13 +149,13 @@ async function main() {
   };
   await Promise.all(Array.from({ length: a.clients }, (_, i) => client(i)));
   clearInterval(sampler);
-  rss.push({ t: Math.round((Date.now() - t0) / 1000), bytes: server.rss() });
+  rss.push({ t: Math.round((Date.now() - t0) / 1000), bytes: server.rssBytes() });
   // After the storm: healthy, nothing running, the KV cache empty.
   const metrics = await (await fetch(`${server.url}/metrics`)).text();
   const health = (await fetch(`${server.url}/health`)).status;
   const running = Number(metrics.match(/^vllm:num_requests_running\{[^}]*\} (\S+)$/m)?.[1] ?? NaN);
   const kv = Number(metrics.match(/^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)$/m)?.[1] ?? NaN);
-  server.proc.kill('SIGTERM');
+  await server.stop();
   const total = Object.values(counts).reduce((x, y) => x + y, 0);
   const nerr = Object.values(errors).reduce((x, y) => x + y, 0);
   const result = { clients: a.clients, duration_s: a.duration, parallel: a.parallel, requests: total, errors: nerr,

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -106,6 +108,34 @@ struct DevWeight {
   int64_t row_stride = 0;  // bytes between rows of `data`
   const uint8_t* data = nullptr;
   const __half* scales = nullptr;
+};
+
+// A device allocation list freed together.
+class DeviceArena {
+ public:
+  ~DeviceArena() { release(); }
+  void release() {
+    for (void* p : ptrs_) cudaFree(p);
+    ptrs_.clear();
+    bytes_ = 0;
+  }
+  template <typename T>
+  Status alloc(size_t count, T** out) {
+    void* p = nullptr;
+    FRUGAL_CUDA(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
+    ptrs_.push_back(p);
+    bytes_ += count * sizeof(T);
+    *out = static_cast<T*>(p);
+    return ok_status();
+  }
+  void adopt(void* p, uint64_t bytes) {
+    ptrs_.push_back(p);
+    bytes_ += bytes;
+  }
+
+ private:
+  std::vector<void*> ptrs_;
+  uint64_t bytes_ = 0;
 };
 
 bool device_type_supported(DType t);

@@ -105,34 +105,6 @@ Status check_fits(uint64_t need, const std::string& what) {
   return ok_status();
 }
 
-// A device allocation list freed together.
-class DeviceArena {
- public:
-  ~DeviceArena() { release(); }
-  void release() {
-    for (void* p : ptrs_) cudaFree(p);
-    ptrs_.clear();
-    bytes_ = 0;
-  }
-  template <typename T>
-  Status alloc(size_t count, T** out) {
-    void* p = nullptr;
-    FRUGAL_CUDA(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
-    ptrs_.push_back(p);
-    bytes_ += count * sizeof(T);
-    *out = static_cast<T*>(p);
-    return ok_status();
-  }
-  void adopt(void* p, uint64_t bytes) {
-    ptrs_.push_back(p);
-    bytes_ += bytes;
-  }
-
- private:
-  std::vector<void*> ptrs_;
-  uint64_t bytes_ = 0;
-};
-
 // Uploads weights and runs products; shared by the backend and the test hooks.
 class Gemm {
  public:
@@ -527,6 +499,7 @@ Status CudaBackend::upload(const Model& m) {
   }
   const auto upload = [&](const WeightTensor& t, const std::string& name, DevWeight* out) -> Status {
     FRUGAL_RETURN_IF_ERROR(gemm_.upload(t, name, weights_, out, release));
+    // Slices release whole pages only; the pages straddling two slices go back here.
     if (release.fn != nullptr) m.gguf().release_resident_pages(t.data, static_cast<uint64_t>(t.rows) * t.row_stride);
     return ok_status();
   };

@@ -543,10 +543,11 @@ Status attention_on_device(int which, const uint16_t* k_half, const uint16_t* v_
   const size_t kv_elems = static_cast<size_t>(n_layer) * n_seq * n_head_kv * capacity * head_dim;
   const size_t pos_elems = static_cast<size_t>(n_seq) * capacity;
   const size_t q_elems = static_cast<size_t>(n) * n_head * head_dim;
-  std::vector<void*> allocs;
+  DeviceArena arena;  // everything below is freed when the hook returns
   auto alloc = [&](size_t bytes, void** ptr) -> Status {
-    FRUGAL_CUDA(cudaMalloc(ptr, std::max<size_t>(bytes, 16)));
-    allocs.push_back(*ptr);
+    uint8_t* p = nullptr;
+    FRUGAL_RETURN_IF_ERROR(arena.alloc(std::max<size_t>(bytes, 16), &p));
+    *ptr = p;
     return ok_status();
   };
   auto run = [&]() -> Status {
@@ -597,7 +598,6 @@ Status attention_on_device(int which, const uint16_t* k_half, const uint16_t* v_
     return ok_status();
   };
   Status st = run();
-  for (void* ptr : allocs) cudaFree(ptr);
   return st;
 }
 
@@ -621,11 +621,12 @@ Status attention_bench_on_device(int which, int n_head, int n_head_kv, int head_
   for (int i = 0; i < n_ctx; ++i) kpos[static_cast<size_t>(i)] = i;
   for (int i = 0; i < n; ++i) qpos[static_cast<size_t>(i)] = n_ctx - n + i;
   const int32_t len = n_ctx;
-  std::vector<void*> allocs;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
+  DeviceArena arena;  // everything below is freed when the hook returns
   auto alloc = [&](size_t bytes, void** ptr) -> Status {
-    FRUGAL_CUDA(cudaMalloc(ptr, std::max<size_t>(bytes, 16)));
-    allocs.push_back(*ptr);
+    uint8_t* p = nullptr;
+    FRUGAL_RETURN_IF_ERROR(arena.alloc(std::max<size_t>(bytes, 16), &p));
+    *ptr = p;
     return ok_status();
   };
   auto run = [&]() -> Status {
@@ -680,7 +681,6 @@ Status attention_bench_on_device(int which, int n_head, int n_head_kv, int head_
   Status st = run();
   if (e0 != nullptr) cudaEventDestroy(e0);
   if (e1 != nullptr) cudaEventDestroy(e1);
-  for (void* ptr : allocs) cudaFree(ptr);
   return st;
 }
 
