@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -76,6 +77,16 @@ Status cublas_status(cublasStatus_t e, const char* what);
 //   kernel that caused it instead of at the step's final synchronization.
 int trace_level();
 bool sync_each_launch();
+// - FRUGAL_CUDA_PROFILE=1 runs steps eagerly (graphs off) with an event after every kernel and
+//   prints, when the backend is destroyed, each kernel's share of the GPU time per step, its mean
+//   time and, for weight products, the bandwidth of the weight bytes it read.
+bool profiling();
+void profile_mark(const std::string& name, uint64_t bytes, cudaStream_t s);  // after a launch
+void profile_step_begin(cudaStream_t s);
+// The name and bytes read that the next launch's mark carries (weight products name their shape).
+void profile_label(const std::string& name, uint64_t bytes);
+void profile_step_end();  // after the step's synchronization
+std::string profile_report();
 void set_phase_text(const std::string& phase);  // kept in a fixed buffer for the signal handler
 const char* phase_text();
 template <typename... A>
@@ -94,6 +105,54 @@ void trace(int level, const A&... parts) {
 void after_launch(const char* kernel, dim3 grid, dim3 block, cudaStream_t s);
 void record_launch_error(const std::string& message);  // the same for errors found before a launch
 Status take_launch_error();
+// Programmatic dependent launch (Hopper and later). A decode step is ~500 small kernels; without
+// it each one starts only after the previous one has drained, so every launch pays the ramp-up and
+// the tail of a nearly idle GPU (measured ~2 us per kernel: a third of an 8B Q8_0 token). Kernels
+// launched through launch_kernel may start while their predecessor still runs: each one first
+// prefetches what does not depend on it (weights), then pdl_wait() blocks until the predecessor has
+// finished and its writes are visible, then pdl_trigger() lets the next kernel get scheduled.
+// Rule: every kernel launched through launch_kernel calls pdl_wait() before it reads or writes
+// anything another kernel of the step touches. FRUGAL_CUDA_PDL=0 turns the attribute off.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Brings the 128-byte line at p into L2 without waiting for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+bool pdl_enabled();  // compute capability 9.0 or later and FRUGAL_CUDA_PDL not 0 (ops.cu)
+
+void after_launch(const char* kernel, dim3 grid, dim3 block, cudaStream_t s);
+// kernel<<<grid, block, smem, s>>>(args...) with the programmatic-serialization attribute when
+// pdl_enabled(), then after_launch.
+template <typename... P, typename... A>
+void launch_kernel(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                   A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (pdl_enabled()) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // checked by after_launch
+  after_launch(name, grid, block, s);
+}
+
 // Blocks for `total` threads of `per` per block; an error is recorded (and 0 returned: the caller
 // launches nothing) when the count does not fit a 1-D grid.
 unsigned blocks_1d(int64_t total, int per, const char* kernel);
@@ -159,7 +218,11 @@ struct GemvSet {
   float *y0 = nullptr, *y1 = nullptr, *y2 = nullptr;
   const float *b0 = nullptr, *b1 = nullptr, *b2 = nullptr;
   int first1 = 0, first2 = 0;  // first block of w1, w2 (set by the launcher)
+  int prefetch = 0;            // bytes of each row pulled into L2 before waiting for the input (launcher)
 };
+// Bytes of each weight row a GEMV prefetches into L2 before its input is ready (FRUGAL_GEMV_PREFETCH,
+// a multiple of 128 up to 4096; default 512).
+int gemv_prefetch_bytes();
 void launch_gemv_set(const GemvSet& set, const float* x, int n, cudaStream_t s);
 
 // y[t][r] (+)= dot(W[r], x[t]) (+ bias[r]) for t < n <= 8, dequantizing W in registers.
@@ -171,13 +234,15 @@ void launch_dequant_f16(const DevWeight& w, __half* out, cudaStream_t s);
 void launch_get_rows(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStream_t s);
 
 // Elementwise and normalization kernels (ops.cu).
+// round: 0 keeps F32, 1 rounds the outputs to F16 precision, 2 to BF16 (what the GEMV of an F16 or
+// BF16 weight does to its input below 8 tokens: the producer does it instead of a separate kernel).
 void launch_rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
-                     const int32_t* row_ids, cudaStream_t s);
+                     const int32_t* row_ids, cudaStream_t s, int round = 0);
 void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s);
 void launch_to_bf16(const float* x, int64_t n, void* y, cudaStream_t s);
 void launch_round(const float* x, int64_t n, float* y, bool bf16, cudaStream_t s);
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s);
-void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);
+void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int round = 0);
 
 struct RopeDev {
   int n_rot = 0;
@@ -201,6 +266,9 @@ struct KvDev {
 // Writes k, v [n][n_head_kv][head_dim] of token t into slot slot[t] of sequence seq[t].
 void launch_kv_store(const KvDev& kv, int layer, const float* k, const float* v, int n, const int32_t* seq,
                      const int32_t* pos, const int32_t* slot, cudaStream_t s);
+// launch_rope(q), launch_rope(k) and launch_kv_store in one kernel (k itself is left unrotated).
+void launch_rope_store(float* q, const float* k, const float* v, int n, int n_head, const KvDev& kv, int layer,
+                       const int32_t* seq, const int32_t* pos, const int32_t* slot, const RopeDev& p, cudaStream_t s);
 
 struct AttnDev {
   int n_head = 0;
@@ -208,6 +276,7 @@ struct AttnDev {
   int head_dim = 0;
   float scale = 1.f;
   int window = 0;
+  int round_out = 0;  // launch_attention_split: rounding of the output, as launch_rms_norm's `round`
 };
 // out [n][n_head][head_dim]: each query token over its sequence's cached keys with pos <= its pos.
 void launch_attention(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,

@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <vector>
 
 #include "frugal/backend/cuda/common.cuh"
+#include "frugal/backend/cuda/gemv_q8.cuh"
 #include "frugal/core/half.h"
 #include "frugal/model/model.h"
 #include "frugal/quant/type_traits.h"
@@ -116,6 +118,8 @@ class Gemm {
     FRUGAL_CUDA(cudaMalloc(&workspace_, kCublasWorkspace));
     // A fixed workspace lets cuBLAS run inside graph capture without allocating.
     FRUGAL_CUBLAS(cublas().set_workspace(handle_, workspace_, kCublasWorkspace));
+    const char* q8 = std::getenv("FRUGAL_GEMV_Q8");
+    q8_ = q8 == nullptr || std::strcmp(q8, "0") != 0;
     return ok_status();
   }
   ~Gemm() {
@@ -123,6 +127,7 @@ class Gemm {
     cudaFree(workspace_);
     cudaFree(dq_);
     cudaFree(act_);
+    cudaFree(qact_);
   }
 
   Status upload(const WeightTensor& w, const std::string& name, DeviceArena& arena, DevWeight* out,
@@ -158,6 +163,13 @@ class Gemm {
       FRUGAL_CUDA(cudaMalloc(&dq_, dq_need_ * sizeof(__half)));
       dq_cap_ = dq_need_;
     }
+    const size_t qbytes = q8_activation_bytes(kGemvMaxTokens, static_cast<int64_t>(act_need_));
+    if (qbytes > qact_cap_) {
+      cudaFree(qact_);
+      qact_ = nullptr;
+      FRUGAL_CUDA(cudaMalloc(&qact_, qbytes));
+      qact_cap_ = qbytes;
+    }
     const size_t act = act_need_ * static_cast<size_t>(n_tokens);
     if (act > act_cap_) {
       cudaFree(act_);
@@ -171,6 +183,15 @@ class Gemm {
   // y [n][rows] (+)= x [n][cols] W^T (+ bias). Enqueued only; errors land in `err_`.
   void run(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool acc) {
     if (n <= kGemvMaxTokens) {
+      if (const QActView* qx = q8_input(w.type, x, n, w.cols)) {
+        GemvSet set;
+        set.n = 1;
+        set.w0 = w;
+        set.y0 = y;
+        set.b0 = bias;
+        launch_gemv_q8_set(set, *qx, n, acc, stream_);
+        return;
+      }
       launch_gemv(w, gemv_input(w.type, x, n, w.cols), n, y, bias, acc, stream_);
       return;
     }
@@ -202,15 +223,84 @@ class Gemm {
       set.y2 = y[2];
       set.b2 = bias[2];
     }
+    if (const QActView* qx = q8_input(w[0]->type, x, n, w[0]->cols)) {
+      launch_gemv_q8_set(set, *qx, n, false, stream_);
+      return;
+    }
     launch_gemv_set(set, gemv_input(w[0]->type, x, n, w[0]->cols), n, stream_);
   }
   void set_fuse(bool on) { fuse_ = on; }
+  // FRUGAL_GEMV_Q8=0: quantized weights take the float-activation GEMV (for comparison).
+  void set_q8(bool on) { q8_ = on; }
+
+ private:
+  // The step's activations x [n][cols] quantized for the integer GEMV of `type` (once per input:
+  // Q, K and V, or gate and up, share it), or null when that type runs the float GEMV.
+  const QActView* q8_input(DType type, const float* x, int n, int64_t cols) {
+    const QActKind kind = q8_ && n <= kGemvMaxTokens ? q8_activation_kind(type) : QActKind::kNone;
+    if (kind == QActKind::kNone) return nullptr;
+    if (qact_ == nullptr || q8_activation_bytes(n, cols) > qact_cap_) {
+      set_error(cat("cuda: 8-bit activation scratch holds ", static_cast<uint64_t>(qact_cap_), " bytes, ", n, " x ",
+                    cols, " needs ", static_cast<uint64_t>(q8_activation_bytes(n, cols)),
+                    " (Gemm::reserve not called after upload)"));
+      return nullptr;
+    }
+    if (qsrc_ != x || qkind_ != kind || qn_ != n || qview_.cols != cols) {
+      qview_ = launch_quantize_activations(kind, x, n, cols, qact_, stream_);
+      qsrc_ = x;
+      qkind_ = kind;
+      qn_ = n;
+    }
+    return &qview_;
+  }
+
+ public:
+  // For a producer that quantizes its own output (rms_norm, swiglu) for the integer GEMV of these
+  // weights at n tokens: where to write and in which blocks, or null when they do not all take
+  // the same 8-bit activations. The view then counts as the quantized copy of x (until new_input).
+  const QActView* prequantize(std::initializer_list<const DevWeight*> ws, const float* x, int n, int64_t cols,
+                              QActKind* kind) {
+    QActKind k = QActKind::kNone;
+    for (const DevWeight* w : ws) {
+      const QActKind wk = q8_ && n <= kGemvMaxTokens ? q8_activation_kind(w->type) : QActKind::kNone;
+      if (wk == QActKind::kNone || (k != QActKind::kNone && wk != k)) return nullptr;
+      k = wk;
+    }
+    if (k == QActKind::kNone || qact_ == nullptr || q8_activation_bytes(n, cols) > qact_cap_) return nullptr;
+    qview_ = q8_activation_view(qact_, n, cols);
+    qsrc_ = x;
+    qkind_ = k;
+    qn_ = n;
+    *kind = k;
+    return &qview_;
+  }
+
+  // The rounding gemv_input would apply to the input of these weights' GEMV at n tokens (1: F16,
+  // 2: BF16, 0: none), when all of them agree; a producer that writes its output rounded so lets
+  // the product skip its rounding kernel (mark_rounded).
+  static int input_rounding(std::initializer_list<const DevWeight*> ws, int n) {
+    if (n >= kCpuFloatPathMinTokens || n > kGemvMaxTokens) return 0;
+    int mode = -1;
+    for (const DevWeight* w : ws) {
+      const int m = w->type == DType::kF16 ? 1 : (w->type == DType::kBF16 ? 2 : 0);
+      if (mode >= 0 && m != mode) return 0;
+      mode = m;
+    }
+    return mode < 0 ? 0 : mode;
+  }
+  // x (until the next new_input) already holds values rounded as input_rounding said.
+  void mark_rounded(const float* x, int mode) {
+    pre_src_ = mode != 0 ? x : nullptr;
+    pre_mode_ = mode;
+  }
+
 
  private:
   const float* gemv_input(DType type, const float* x, int n, int64_t cols) {
     {
       const float* xin = x;
       if ((type == DType::kF16 || type == DType::kBF16) && n < kCpuFloatPathMinTokens) {
+        if (x == pre_src_ && pre_mode_ == (type == DType::kBF16 ? 2 : 1)) return x;
         // Below 8 tokens the CPU backend converts activations to the weight's half type before
         // its dot products (from 8 on it keeps them in F32); doing the same keeps greedy
         // decoding token-identical.
@@ -299,7 +389,10 @@ class Gemm {
                     w.rows, ", A/B type ", static_cast<int>(at), ", C CUDA_R_32F, CUBLAS_COMPUTE_32F, weight ",
                     std::string(dtype_name(w.type)), "]"));
     }
-    if (sync_each_launch()) after_launch("cublasGemmEx", dim3(1), dim3(1), stream_);
+    if (profiling()) {
+      profile_label(cat("cublasGemmEx ", std::string(dtype_name(w.type)), " ", w.rows, "x", w.cols, " n=", n), 0);
+    }
+    if (sync_each_launch() || profiling()) after_launch("cublasGemmEx", dim3(1), dim3(1), stream_);
     if (bias != nullptr) launch_add_bias(y, bias, n, w.rows, stream_);
   }
 
@@ -313,7 +406,11 @@ class Gemm {
 
  public:
   // The buffer behind `x` pointers passed so far was rewritten: round again on next use.
-  void new_input() { rounded_src_ = nullptr; }
+  void new_input() {
+    rounded_src_ = nullptr;
+    qsrc_ = nullptr;
+    pre_src_ = nullptr;
+  }
 
   // This object's first error, else the first failed kernel launch (common.cuh: after_launch).
   Status take_error() {
@@ -332,6 +429,15 @@ class Gemm {
   void* act_ = nullptr;
   size_t dq_need_ = 0, dq_cap_ = 0, act_need_ = 0, act_cap_ = 0;
   bool fuse_ = true;
+  bool q8_ = true;
+  void* qact_ = nullptr;  // quantized activations of the integer GEMV
+  size_t qact_cap_ = 0;
+  const float* qsrc_ = nullptr;  // input whose quantized copy qact_ holds
+  QActKind qkind_ = QActKind::kNone;
+  int qn_ = 0;
+  QActView qview_;
+  const float* pre_src_ = nullptr;  // input its producer already rounded (mark_rounded)
+  int pre_mode_ = 0;
   const float* rounded_src_ = nullptr;  // input whose rounded copy act_ holds
   DType rounded_type_ = DType::kF32;
   int64_t rounded_n_ = 0;
@@ -365,6 +471,8 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackendOptions& o, std::unique_ptr<Backend> cpu) : opts_(o), cpu_(std::move(cpu)) {}
   ~CudaBackend() override {
     drop_graphs();
+    const std::string prof = profile_report();
+    if (!prof.empty()) std::fprintf(stderr, "%s", prof.c_str());
     if (stream_ != nullptr) {
       // cuBLAS outlives the stream (members go after this body): detach it first.
       if (gemm_.handle() != nullptr) cublas().set_stream(gemm_.handle(), nullptr);
@@ -388,8 +496,9 @@ class CudaBackend final : public Backend {
     flash_ = fl == nullptr || std::strcmp(fl, "0") != 0;
     const char* f = std::getenv("FRUGAL_CUDA_FUSE");
     if (f != nullptr && std::strcmp(f, "0") == 0) gemm_.set_fuse(false);
-    // Per-launch synchronization cannot happen inside graph capture.
-    if (sync_each_launch()) opts_.graphs = false;
+
+    // Per-launch synchronization and per-kernel events cannot happen inside graph capture.
+    if (sync_each_launch() || profiling()) opts_.graphs = false;
     trace(1, "backend ready on device ", opts_.device, ": graphs ", opts_.graphs ? "on" : "off", ", fuse ",
           (f != nullptr && std::strcmp(f, "0") == 0) ? "off" : "on", ", sync each launch ",
           sync_each_launch() ? "on" : "off");
@@ -668,8 +777,18 @@ void CudaBackend::layer(int il, int n) {
   const int embd = static_cast<int>(c.n_embd), hd = static_cast<int>(c.head_dim);
   const int nh = static_cast<int>(c.n_head), nkv = static_cast<int>(c.n_head_kv);
 
-  launch_rms_norm(b.x, L.attn_norm, n, embd, c.rms_eps, b.h, nullptr, s);
+  // Producers round their outputs when the next GEMV would (F16/BF16 weights, few tokens), and
+  // rope, rotation of K and the cache store are one kernel: fewer launches per decode step.
+  // Quantized weights: the norm writes the 8-bit activations of the integer GEMV itself.
+  const int round_qkv = Gemm::input_rounding({&L.wq, &L.wk, &L.wv}, n);
   gemm_.new_input();
+  QActKind kind = QActKind::kNone;
+  if (const QActView* qv = gemm_.prequantize({&L.wq, &L.wk, &L.wv}, b.h, n, embd, &kind)) {
+    launch_rms_norm_q8(b.x, L.attn_norm, n, embd, c.rms_eps, b.h, kind, *qv, s);
+  } else {
+    launch_rms_norm(b.x, L.attn_norm, n, embd, c.rms_eps, b.h, nullptr, s, round_qkv);
+    gemm_.mark_rounded(b.h, round_qkv);
+  }
   {
     const DevWeight* w[3] = {&L.wq, &L.wk, &L.wv};
     float* y[3] = {b.q, b.k, b.v};
@@ -680,9 +799,7 @@ void CudaBackend::layer(int il, int n) {
     launch_rms_norm(b.q, L.q_norm, static_cast<int64_t>(n) * nh, hd, c.rms_eps, b.q, nullptr, s);
     launch_rms_norm(b.k, L.k_norm, static_cast<int64_t>(n) * nkv, hd, c.rms_eps, b.k, nullptr, s);
   }
-  launch_rope(b.q, n, nh, hd, pos, rope_, s);
-  launch_rope(b.k, n, nkv, hd, pos, rope_, s);
-  launch_kv_store(kv_, il, b.k, b.v, n, seq, pos, slot, s);
+  launch_rope_store(b.q, b.k, b.v, n, nh, kv_, il, seq, pos, slot, rope_, s);
   AttnDev ap;
   ap.n_head = nh;
   ap.n_head_kv = nkv;
@@ -692,26 +809,45 @@ void CudaBackend::layer(int il, int n) {
   // Tensor-core kernels where they handle the shape (FRUGAL_CUDA_FLASH=0 keeps the scalar one, for
   // comparison): split-KV for decode-sized batches, tiled flash attention for prefill.
   bool launched = false;
+  bool att_rounded = false;
   if (flash_) {
-    launched = attention_prefer_split(n, ap)
+    const bool split = attention_prefer_split(n, ap);
+    if (split) {
+      ap.round_out = Gemm::input_rounding({&L.wo}, n);
+      att_rounded = ap.round_out != 0;
+    }
+    launched = split
                    ? launch_attention_split(kv_, il, b.q, n, seq, pos, ap, kv_.capacity, b.attn_scratch,
                                             b.attn_scratch_bytes, b.att, s)
                    : launch_attention_flash(kv_, il, b.q, n, seq, pos, ap, b.att, s);
   }
   if (!launched) launch_attention(kv_, il, b.q, n, seq, pos, ap, b.att, s);
   gemm_.new_input();
+  if (launched && att_rounded) gemm_.mark_rounded(b.att, ap.round_out);
   gemm_.run(L.wo, b.att, n, b.x, nullptr, true);
 
-  launch_rms_norm(b.x, L.ffn_norm, n, embd, c.rms_eps, b.h, nullptr, s);
+  const int round_ffn = Gemm::input_rounding({&L.w_gate, &L.w_up}, n);
   gemm_.new_input();
+  if (const QActView* qv = gemm_.prequantize({&L.w_gate, &L.w_up}, b.h, n, embd, &kind)) {
+    launch_rms_norm_q8(b.x, L.ffn_norm, n, embd, c.rms_eps, b.h, kind, *qv, s);
+  } else {
+    launch_rms_norm(b.x, L.ffn_norm, n, embd, c.rms_eps, b.h, nullptr, s, round_ffn);
+    gemm_.mark_rounded(b.h, round_ffn);
+  }
   {
     const DevWeight* w[2] = {&L.w_gate, &L.w_up};
     float* y[2] = {b.gate, b.up};
     const float* bias[2] = {nullptr, nullptr};
     gemm_.run_set(w, y, bias, 2, b.h, n);
   }
-  launch_swiglu(b.gate, b.up, static_cast<int64_t>(n) * c.n_ff, s);
+  const int round_down = Gemm::input_rounding({&L.w_down}, n);
   gemm_.new_input();
+  if (const QActView* qv = gemm_.prequantize({&L.w_down}, b.gate, n, c.n_ff, &kind)) {
+    launch_swiglu_q8(b.gate, b.up, n, static_cast<int>(c.n_ff), kind, *qv, s);
+  } else {
+    launch_swiglu(b.gate, b.up, static_cast<int64_t>(n) * c.n_ff, s, round_down);
+    gemm_.mark_rounded(b.gate, round_down);
+  }
   gemm_.run(L.w_down, b.gate, n, b.x, nullptr, true);
 }
 
@@ -791,6 +927,7 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
     }
   } else {
     if (graph) graphs_.emplace(std::make_pair(n, n_out), nullptr);
+    profile_step_begin(stream_);
     enqueue(n, n_out);
   }
   FRUGAL_RETURN_IF_ERROR(gemm_.take_error());
@@ -801,6 +938,7 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
   }
   // A kernel that faults is reported here, by the step's synchronization: name the step's shape.
   const cudaError_t e = cudaStreamSynchronize(stream_);
+  profile_step_end();
   if (e != cudaSuccess) {
     return fail(ErrorCode::kIo, cuda_status(e, "cudaStreamSynchronize (end of step)").message(), " [step of ", n,
                 " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager",
@@ -912,12 +1050,13 @@ Result<DeviceInfo> device_info(int device) {
   return d;
 }
 
-Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y) {
+Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations) {
   const std::string what = cat("matmul_on_device ", std::string(dtype_name(w.type)), " ", w.rows, "x", w.cols, " n=", n,
                                n <= kGemvMaxTokens ? " (GEMV)" : " (cuBLAS)");
   trace(1, what, ": stream, cuBLAS handle");
   OneShot o;
   FRUGAL_RETURN_IF_ERROR(o.init());
+  if (float_activations) o.gemm.set_q8(false);
   trace(1, what, ": upload");
   DevWeight dw;
   FRUGAL_RETURN_IF_ERROR(o.gemm.upload(w, "test", o.arena, &dw));

@@ -50,10 +50,18 @@ struct DeviceInfo {
 Result<DeviceInfo> device_info(int device = 0);
 
 // Test and bench hooks: one weight product on the device from host data (upload, run, download).
-// n <= 8 runs the GEMV kernel of the weight's type, larger n the cuBLAS path. y [n][w.rows].
-Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y);
+// n <= 8 runs the GEMV kernel of the weight's type (for Q8_0/Q4_0/Q4_K/Q6_K the one over 8-bit
+// activations unless float_activations), larger n the cuBLAS path. y [n][w.rows].
+Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations = false);
 // Rows ids[i] of w dequantized on the device: y [n][w.cols].
 Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, float* y);
+// Test hook (gemv_q8.cu): the 8-bit activations the integer GEMV reads, as made on the device from
+// x [rows][dim]: op 0 quantizes x, op 1 rms_norm(x) * w (eps) then quantizes, op 2 silu(x) * w
+// (w [rows][dim]) then quantizes. k256: Q8_K blocks of 256, else Q8_0 blocks of 32. Returns the
+// float values that were quantized (y [rows][dim]) and the device's codes q [rows][dim], scales
+// d [rows][dim/32 or dim/256] and sums s [rows][dim/32 or dim/16].
+Status quantize_activations_on_device(int op, bool k256, const float* x, const float* w, int rows, int dim, float eps,
+                                      float* y, int8_t* q, float* d, int* s);
 // Test hook (flash_attention.cu): uploads a cache (k_half/v_half: F16 bits [n_layer][n_seq][n_head_kv][capacity][head_dim],
 // kpos [n_seq][capacity], seq_len [n_seq]) and queries, runs launch_attention (which 0),
 // launch_attention_flash (1) or launch_attention_split (2, scratch sized from max_keys) on layer

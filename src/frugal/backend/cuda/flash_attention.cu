@@ -44,6 +44,8 @@
 #include <mutex>
 #include <vector>
 
+#include <cuda_bf16.h>
+
 #include "frugal/backend/cuda/common.cuh"
 #include "frugal/backend/cuda/cuda_backend.h"
 
@@ -112,6 +114,8 @@ __device__ __forceinline__ int count_le(const int32_t* kp, int count, int64_t x)
 
 template <int D>
 __global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a) {
+  pdl_wait();
+  pdl_trigger();
   using L = FaSmem<D>;
   constexpr int kLdH = L::kLdH;
   constexpr int kDBlocks = D / 16;
@@ -385,7 +389,9 @@ __global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a
 // One block per (token, head), one thread per output column: out = sum_c w_c O_c / sum_c w_c l_c
 // with w_c = 2^(m_c - M), M the largest m of the chunks that saw a key.
 __global__ void attention_merge_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml, int z,
-                                       int d, float* __restrict__ out) {
+                                       int d, float* __restrict__ out, int round) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t th = blockIdx.x;
   const float2* ml = part_ml + th * z;
   float mx = -INFINITY;
@@ -402,7 +408,8 @@ __global__ void attention_merge_kernel(const float* __restrict__ part_o, const f
       num += w * part_o[(th * z + c) * d + e];
       den += w * v.y;
     }
-    out[th * d + e] = den > 0.f ? num / den : 0.f;
+    const float o = den > 0.f ? num / den : 0.f;
+    out[th * d + e] = round == 1 ? __half2float(__float2half_rn(o)) : (round == 2 ? __bfloat162float(__float2bfloat16_rn(o)) : o);
   }
 }
 
@@ -437,8 +444,7 @@ bool fa_launch(const FaArgs& a, unsigned z, cudaStream_t s) {
     record_launch_error(cat("cuda: ", name, ": ", a.n, " tokens need ", tiles, " blocks"));
     return true;
   }
-  flash_attention_kernel<D><<<grid, kFaThreads, L::kBytes, s>>>(a);
-  after_launch(name, grid, dim3(kFaThreads), s);
+  launch_kernel(name, flash_attention_kernel<D>, grid, dim3(kFaThreads), L::kBytes, s, a);
   return true;
 }
 
@@ -511,8 +517,8 @@ bool launch_attention_split(const KvDev& kv, int layer, const float* q, int n, c
     return true;
   }
   const dim3 grid(static_cast<unsigned>(th));
-  attention_merge_kernel<<<grid, p.head_dim, 0, s>>>(a.part_o, a.part_ml, z, p.head_dim, out);
-  after_launch("attention_merge_kernel", grid, dim3(p.head_dim), s);
+  launch_kernel("attention_merge_kernel", attention_merge_kernel, grid, dim3(p.head_dim), 0, s, a.part_o, a.part_ml, z,
+                p.head_dim, out, p.round_out);
   return true;
 }
 

@@ -223,6 +223,15 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, c
   int64_t rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
+  // The weights do not depend on the previous kernel: start pulling the first bytes of each row
+  // into L2 while it finishes (programmatic dependent launch, common.cuh), then wait for it.
+  const int64_t ahead = w.row_stride < set.prefetch ? w.row_stride : set.prefetch;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (lane * 128 < ahead) prefetch_l2(w.data + rows[r] * w.row_stride + lane * 128);
+  }
+  pdl_wait();
+  pdl_trigger();
   float acc[NT][R];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
@@ -279,6 +288,8 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, c
 
 template <DType T>
 __global__ void dequant_f16_kernel(DevWeight w, __half* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   using D = Dec<T>;
   const int64_t units = D::units(w.cols);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -299,6 +310,8 @@ __global__ void dequant_f16_kernel(DevWeight w, __half* __restrict__ out) {
 
 template <DType T>
 __global__ void get_rows_kernel(DevWeight w, const int32_t* __restrict__ ids, int n, float* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
   using D = Dec<T>;
   const int64_t units = D::units(w.cols);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -336,23 +349,47 @@ int gemv_rows_per_warp() {
   return r;
 }
 
+}  // namespace
+
+int gemv_prefetch_bytes() {
+  static const int b = [] {
+    const char* e = std::getenv("FRUGAL_GEMV_PREFETCH");
+    const int v = e != nullptr ? std::atoi(e) : 512;
+    return v < 0 ? 0 : (v > 4096 ? 4096 : v);
+  }();
+  return b;
+}
+
+namespace {
+
 template <DType T, int R>
 void gemv_launch(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s) {
   const int per_block = kGemvWarps * R;
   const auto blocks = [per_block](const DevWeight& w) { return static_cast<int>((w.rows + per_block - 1) / per_block); };
   GemvSet g = set;
+  g.prefetch = gemv_prefetch_bytes();
   g.first1 = blocks(g.w0);
   g.first2 = g.first1 + (g.n > 1 ? blocks(g.w1) : 0);
   const int total = g.first2 + (g.n > 2 ? blocks(g.w2) : 0);
   if (total <= 0 || n <= 0) return;
+  if (profiling()) {
+    // Weight bytes of the set (codes plus Q8_0/Q4_0 scales), and its shape for the name.
+    uint64_t bytes = 0;
+    int64_t rows = 0;
+    const DevWeight* ws[3] = {&g.w0, &g.w1, &g.w2};
+    for (int i = 0; i < g.n; ++i) {
+      rows += ws[i]->rows;
+      bytes += static_cast<uint64_t>(ws[i]->rows * ws[i]->row_stride) +
+               (ws[i]->scales != nullptr ? static_cast<uint64_t>(ws[i]->rows * (ws[i]->cols / 32) * 2) : 0);
+    }
+    profile_label(cat("gemv ", std::string(dtype_name(T)), " ", rows, "x", g.w0.cols, " n=", n, " R=", R), bytes);
+  }
   const dim3 grid(static_cast<unsigned>(total));
   const dim3 block(kGemvWarps * kWarp);
   if (n == 1) {
-    gemv_kernel<T, 1, R><<<grid, block, 0, s>>>(g, x, 1, acc ? 1 : 0);
-    after_launch("gemv_kernel<NT=1>", grid, block, s);
+    launch_kernel("gemv_kernel<NT=1>", gemv_kernel<T, 1, R>, grid, block, 0, s, g, x, 1, acc ? 1 : 0);
   } else {
-    gemv_kernel<T, 8, R><<<grid, block, 0, s>>>(g, x, n, acc ? 1 : 0);
-    after_launch("gemv_kernel<NT=8>", grid, block, s);
+    launch_kernel("gemv_kernel<NT=8>", gemv_kernel<T, 8, R>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
   }
 }
 
@@ -370,8 +407,7 @@ void dequant_t(const DevWeight& w, __half* out, cudaStream_t s) {
   const int64_t total = Dec<T>::units(w.cols) * w.rows;
   const unsigned grid = blocks_1d(total, 256, "dequant_f16_kernel");
   if (grid == 0) return;
-  dequant_f16_kernel<T><<<grid, 256, 0, s>>>(w, out);
-  after_launch("dequant_f16_kernel", dim3(grid), dim3(256), s);
+  launch_kernel("dequant_f16_kernel", dequant_f16_kernel<T>, dim3(grid), dim3(256), 0, s, w, out);
 }
 
 template <DType T>
@@ -379,8 +415,7 @@ void get_rows_t(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStr
   const int64_t total = Dec<T>::units(w.cols) * n;
   const unsigned grid = blocks_1d(total, 256, "get_rows_kernel");
   if (grid == 0) return;
-  get_rows_kernel<T><<<grid, 256, 0, s>>>(w, ids, n, y);
-  after_launch("get_rows_kernel", dim3(grid), dim3(256), s);
+  launch_kernel("get_rows_kernel", get_rows_kernel<T>, dim3(grid), dim3(256), 0, s, w, ids, n, y);
 }
 
 // One switch over the device types, shared by the three launchers.

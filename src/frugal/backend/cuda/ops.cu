@@ -5,7 +5,11 @@
 #include <cfloat>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <map>
 #include <mutex>
+#include <vector>
 #include <string>
 
 #include "frugal/backend/cuda/common.cuh"
@@ -22,8 +26,16 @@ __device__ __forceinline__ float warp_sum(float a) {
 }
 
 // One block per row; row_ids (optional) picks which input rows feed the output rows.
+// Rounds v to the precision the next product's GEMV would round it to (RoundTo): producers round
+// their outputs so that no separate rounding kernel runs.
+__device__ __forceinline__ float round_to(float v, int mode) {
+  return mode == 1 ? __half2float(__float2half_rn(v)) : (mode == 2 ? __bfloat162float(__float2bfloat16_rn(v)) : v);
+}
+
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int dim, float eps,
-                                float* __restrict__ y, const int32_t* __restrict__ row_ids) {
+                                float* __restrict__ y, const int32_t* __restrict__ row_ids, int round) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t out_row = blockIdx.x;
   const int64_t in_row = row_ids != nullptr ? row_ids[out_row] : out_row;
   const float* xr = x + in_row * dim;
@@ -41,39 +53,51 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
   __syncthreads();
   const float scale = rsqrtf(part[0] / static_cast<float>(dim) + eps);
   float* yr = y + out_row * dim;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = round_to(xr[i] * scale * w[i], round);
 }
 
 __global__ void to_half_kernel(const float* __restrict__ x, int64_t n, __half* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = __float2half_rn(x[i]);
 }
 __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = __float2bfloat16_rn(x[i]);
 }
 // Rounds activations to F16 (or BF16) precision, kept as floats: what the CPU backend's F16/BF16
 // dot products see for single tokens.
 __global__ void round_kernel(const float* __restrict__ x, int64_t n, float* __restrict__ y, int bf16) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   y[i] = bf16 ? __bfloat162float(__float2bfloat16_rn(x[i])) : __half2float(__float2half_rn(x[i]));
 }
 __global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t n, int64_t rows) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n * rows) y[i] += b[i % rows];
 }
-__global__ void swiglu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
+__global__ void swiglu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n, int round) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float g = gate[i];
-  gate[i] = g / (1.f + expf(-g)) * up[i];
+  gate[i] = round_to(g / (1.f + expf(-g)) * up[i], round);
 }
 
 // One thread per (token, head, pair). Angles as the CPU backend builds them: theta multiplied by
 // theta_scale once per pair index, divided by the frequency factor, times freq_scale.
 __global__ void rope_kernel(float* __restrict__ x, int n, int n_heads, int head_dim, const int32_t* __restrict__ pos,
                             RopeDev p) {
+  pdl_wait();
+  pdl_trigger();
   const int half = p.n_rot / 2;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(n) * n_heads * half) return;
@@ -96,6 +120,8 @@ __global__ void rope_kernel(float* __restrict__ x, int n, int n_heads, int head_
 __global__ void kv_store_kernel(KvDev kv, int layer, const float* __restrict__ k, const float* __restrict__ v,
                                 int n, const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
                                 const int32_t* __restrict__ slot) {
+  pdl_wait();
+  pdl_trigger();
   const int kv_dim = kv.n_head_kv * kv.head_dim;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(n) * kv_dim) return;
@@ -113,6 +139,67 @@ __global__ void kv_store_kernel(KvDev kv, int layer, const float* __restrict__ k
 // with an online softmax, lanes splitting head_dim (element lane + 32 i); the warps' partial
 // results are merged at the end. Keys are in position order, so the walk stops at the first key
 // past the query's position.
+// The angle of rotation pair `pair` at position `pos`, computed as the CPU does (theta by repeated
+// multiplication, so both backends round alike).
+__device__ __forceinline__ void rope_angle(int pos, int pair, const RopeDev& p, float* c, float* s) {
+  float theta = static_cast<float>(pos);
+  for (int k = 0; k < pair; ++k) theta *= p.theta_scale;
+  const float ff = p.freq_factors != nullptr ? p.freq_factors[pair] : 1.f;
+  const float angle = p.freq_scale * (theta / ff);
+  *c = cosf(angle);
+  *s = sinf(angle);
+}
+
+// rope(q) in place, rope(k) and v into the cache, and the slot positions: one kernel for what
+// rope_kernel twice and kv_store_kernel did. Threads [0, n*n_head*half) rotate one pair of q each;
+// the next n*kv_dim threads write one element of k (rotated: the thread reads its pair partner)
+// and one of v.
+__global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                                  int n, int n_head, KvDev kv, int layer, const int32_t* __restrict__ seq,
+                                  const int32_t* __restrict__ pos, const int32_t* __restrict__ slot, RopeDev p) {
+  pdl_wait();
+  pdl_trigger();
+  const int half = p.n_rot / 2;
+  const int hd = kv.head_dim;
+  const int64_t nq = static_cast<int64_t>(n) * n_head * half;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < nq) {
+    const int pair = static_cast<int>(i % half);
+    const int64_t th = i / half;
+    float c, sn;
+    rope_angle(pos[th / n_head], pair, p, &c, &sn);
+    float* h = q + th * hd;
+    const int a = p.neox ? pair : 2 * pair;
+    const int b = p.neox ? pair + half : 2 * pair + 1;
+    const float x0 = h[a], x1 = h[b];
+    h[a] = x0 * c - x1 * sn;
+    h[b] = x0 * sn + x1 * c;
+    return;
+  }
+  i -= nq;
+  const int kv_dim = kv.n_head_kv * hd;
+  if (i >= static_cast<int64_t>(n) * kv_dim) return;
+  const int t = static_cast<int>(i / kv_dim);
+  const int e = static_cast<int>(i % kv_dim);
+  const int head = e / hd, d = e % hd;
+  float kval = k[i];
+  if (d < p.n_rot) {
+    const bool second = p.neox ? d >= half : (d & 1) != 0;
+    const int pair = p.neox ? (second ? d - half : d) : d / 2;
+    const int partner = p.neox ? (second ? d - half : d + half) : (d ^ 1);
+    const float other = k[i - d + partner];
+    float c, sn;
+    rope_angle(pos[t], pair, p, &c, &sn);
+    const float x0 = second ? other : kval, x1 = second ? kval : other;
+    kval = second ? x0 * sn + x1 * c : x0 * c - x1 * sn;
+  }
+  const int s = seq[t], sl = slot[t];
+  const int64_t row = ((static_cast<int64_t>(layer) * kv.n_seq + s) * kv.n_head_kv + head) * kv.capacity + sl;
+  kv.k[row * hd + d] = __float2half_rn(kval);
+  kv.v[row * hd + d] = __float2half_rn(v[i]);
+  if (e == 0) kv.pos[static_cast<int64_t>(s) * kv.capacity + sl] = pos[t];
+}
+
 constexpr int kAttnWarps = 4;
 
 template <int kPerLane>
@@ -120,6 +207,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(KvDev kv,
                                                                         const int32_t* __restrict__ seq,
                                                                         const int32_t* __restrict__ qpos_arr, AttnDev p,
                                                                         float* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int hd = p.head_dim;
@@ -218,6 +307,18 @@ void record_launch_error(const std::string& m) {
   }
 }
 
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("FRUGAL_CUDA_PDL");
+    if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major >= 9;
+  }();
+  return on;
+}
+
 int trace_level() {
   static const int level = env_int("FRUGAL_CUDA_TRACE");
   return level;
@@ -231,7 +332,110 @@ void set_phase_text(const std::string& phase) {
 }
 const char* phase_text() { return g_phase; }
 
+bool profiling() {
+  static const bool on = env_int("FRUGAL_CUDA_PROFILE") != 0;
+  return on;
+}
+
+namespace {
+// Kernel profile: an event after each launch of an eager step; a kernel's time is the gap between
+// its event and the previous one (launches are queued ahead, so the GPU runs them back to back
+// and the gap is the kernel plus the GPU's switch between kernels, which is what a step pays).
+struct ProfMark {
+  std::string name;
+  uint64_t bytes;
+  cudaEvent_t ev;
+};
+struct ProfTotal {
+  uint64_t calls = 0;
+  double ms = 0;
+  uint64_t bytes = 0;
+};
+std::vector<ProfMark> g_prof_marks;
+std::vector<cudaEvent_t> g_prof_free;
+std::map<std::string, ProfTotal> g_prof;
+uint64_t g_prof_steps = 0;
+
+cudaEvent_t prof_event() {
+  cudaEvent_t e = nullptr;
+  if (!g_prof_free.empty()) {
+    e = g_prof_free.back();
+    g_prof_free.pop_back();
+  } else if (cudaEventCreate(&e) != cudaSuccess) {
+    e = nullptr;
+  }
+  return e;
+}
+}  // namespace
+
+void profile_mark(const std::string& name, uint64_t bytes, cudaStream_t s) {
+  if (!profiling()) return;
+  cudaEvent_t e = prof_event();
+  if (e == nullptr || cudaEventRecord(e, s) != cudaSuccess) return;
+  g_prof_marks.push_back({name, bytes, e});
+}
+void profile_step_begin(cudaStream_t s) {
+  if (!profiling()) return;
+  for (auto& m : g_prof_marks) g_prof_free.push_back(m.ev);
+  g_prof_marks.clear();
+  profile_mark("", 0, s);
+}
+void profile_step_end() {
+  if (!profiling() || g_prof_marks.empty()) return;
+  ++g_prof_steps;
+  for (size_t i = 1; i < g_prof_marks.size(); ++i) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, g_prof_marks[i - 1].ev, g_prof_marks[i].ev) != cudaSuccess) continue;
+    ProfTotal& t = g_prof[g_prof_marks[i].name];
+    ++t.calls;
+    t.ms += ms;
+    t.bytes += g_prof_marks[i].bytes;
+  }
+  for (auto& m : g_prof_marks) g_prof_free.push_back(m.ev);
+  g_prof_marks.clear();
+}
+std::string profile_report() {
+  if (!profiling() || g_prof.empty()) return "";
+  std::vector<std::pair<std::string, ProfTotal>> v(g_prof.begin(), g_prof.end());
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  double total = 0;
+  uint64_t calls = 0;
+  for (const auto& [n, t] : v) {
+    total += t.ms;
+    calls += t.calls;
+  }
+  char line[512];
+  std::string out;
+  std::snprintf(line, sizeof line, "cuda profile: %llu eager steps, %llu kernels, %.3f ms of GPU time per step\n",
+                static_cast<unsigned long long>(g_prof_steps), static_cast<unsigned long long>(calls),
+                g_prof_steps ? total / static_cast<double>(g_prof_steps) : 0.0);
+  out += line;
+  out += "  share      ms/step   calls/step   us/call     GB/s  kernel\n";
+  for (const auto& [n, t] : v) {
+    const double per = g_prof_steps ? 1.0 / static_cast<double>(g_prof_steps) : 0.0;
+    const double gbs = t.ms > 0 && t.bytes > 0 ? static_cast<double>(t.bytes) / (t.ms * 1e-3) / 1e9 : 0.0;
+    std::snprintf(line, sizeof line, "  %5.1f%%  %10.4f  %11.1f  %8.2f  %7.0f  %s\n", 100.0 * t.ms / total, t.ms * per,
+                  static_cast<double>(t.calls) * per, 1e3 * t.ms / static_cast<double>(t.calls), gbs, n.c_str());
+    out += line;
+  }
+  return out;
+}
+
+namespace {
+std::string g_label;  // profile_label for the next launch
+uint64_t g_label_bytes = 0;
+}  // namespace
+void profile_label(const std::string& name, uint64_t bytes) {
+  g_label = name;
+  g_label_bytes = bytes;
+}
+
 void after_launch(const char* kernel, dim3 grid, dim3 block, cudaStream_t s) {
+  if (profiling()) {
+    profile_mark(g_label.empty() ? std::string(kernel) : g_label, g_label_bytes, s);
+    g_label.clear();
+    g_label_bytes = 0;
+  }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     record_launch_error(cat("cuda: launch of ", kernel, " <<<(", grid.x, ",", grid.y, ",", grid.z, "), (", block.x, ",",
@@ -269,70 +473,74 @@ unsigned blocks_1d(int64_t total, int per, const char* kernel) {
 
 // Launches with nothing to do are skipped: an empty grid is a launch error in CUDA.
 void launch_rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
-                     const int32_t* row_ids, cudaStream_t s) {
+                     const int32_t* row_ids, cudaStream_t s, int round) {
   if (rows <= 0) return;
   const int threads = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 64);
   const unsigned grid = blocks_1d(rows, 1, "rms_norm_kernel");
   if (grid == 0) return;
-  rms_norm_kernel<<<grid, threads, 0, s>>>(x, w, dim, eps, y, row_ids);
-  after_launch("rms_norm_kernel", dim3(grid), dim3(threads), s);
+  launch_kernel("rms_norm_kernel", rms_norm_kernel, dim3(grid), dim3(threads), 0, s, x, w, dim, eps, y, row_ids, round);
 }
 void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s) {
   const unsigned grid = blocks_for(n, 256, "to_half_kernel");
   if (grid == 0) return;
-  to_half_kernel<<<grid, 256, 0, s>>>(x, n, y);
-  after_launch("to_half_kernel", dim3(grid), dim3(256), s);
+  launch_kernel("to_half_kernel", to_half_kernel, dim3(grid), dim3(256), 0, s, x, n, y);
 }
 void launch_to_bf16(const float* x, int64_t n, void* y, cudaStream_t s) {
   const unsigned grid = blocks_for(n, 256, "to_bf16_kernel");
   if (grid == 0) return;
-  to_bf16_kernel<<<grid, 256, 0, s>>>(x, n, static_cast<__nv_bfloat16*>(y));
-  after_launch("to_bf16_kernel", dim3(grid), dim3(256), s);
+  launch_kernel("to_bf16_kernel", to_bf16_kernel, dim3(grid), dim3(256), 0, s, x, n, static_cast<__nv_bfloat16*>(y));
 }
 void launch_round(const float* x, int64_t n, float* y, bool bf16, cudaStream_t s) {
   const unsigned grid = blocks_for(n, 256, "round_kernel");
   if (grid == 0) return;
-  round_kernel<<<grid, 256, 0, s>>>(x, n, y, bf16 ? 1 : 0);
-  after_launch("round_kernel", dim3(grid), dim3(256), s);
+  launch_kernel("round_kernel", round_kernel, dim3(grid), dim3(256), 0, s, x, n, y, bf16 ? 1 : 0);
 }
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s) {
   const unsigned grid = blocks_for(n * rows, 256, "add_bias_kernel");
   if (grid == 0) return;
-  add_bias_kernel<<<grid, 256, 0, s>>>(y, bias, n, rows);
-  after_launch("add_bias_kernel", dim3(grid), dim3(256), s);
+  launch_kernel("add_bias_kernel", add_bias_kernel, dim3(grid), dim3(256), 0, s, y, bias, n, rows);
 }
-void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
+void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int round) {
   const unsigned grid = blocks_for(n, 256, "swiglu_kernel");
   if (grid == 0) return;
-  swiglu_kernel<<<grid, 256, 0, s>>>(gate, up, n);
-  after_launch("swiglu_kernel", dim3(grid), dim3(256), s);
+  launch_kernel("swiglu_kernel", swiglu_kernel, dim3(grid), dim3(256), 0, s, gate, up, n, round);
 }
 void launch_rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeDev& p, cudaStream_t s) {
   if (p.n_rot < 2) return;
   const int64_t total = static_cast<int64_t>(n) * n_heads * (p.n_rot / 2);
   const unsigned grid = blocks_for(total, 256, "rope_kernel");
   if (grid == 0) return;
-  rope_kernel<<<grid, 256, 0, s>>>(x, n, n_heads, head_dim, pos, p);
-  after_launch("rope_kernel", dim3(grid), dim3(256), s);
+  launch_kernel("rope_kernel", rope_kernel, dim3(grid), dim3(256), 0, s, x, n, n_heads, head_dim, pos, p);
+}
+void launch_rope_store(float* q, const float* k, const float* v, int n, int n_head, const KvDev& kv, int layer,
+                       const int32_t* seq, const int32_t* pos, const int32_t* slot, const RopeDev& p, cudaStream_t s) {
+  if (p.n_rot < 2) {
+    launch_kv_store(kv, layer, k, v, n, seq, pos, slot, s);
+    return;
+  }
+  const int64_t total = static_cast<int64_t>(n) * n_head * (p.n_rot / 2) + static_cast<int64_t>(n) * kv.n_head_kv * kv.head_dim;
+  const unsigned grid = blocks_for(total, 256, "rope_store_kernel");
+  if (grid == 0) return;
+  launch_kernel("rope_store_kernel", rope_store_kernel, dim3(grid), dim3(256), 0, s, q, k, v, n, n_head, kv, layer, seq,
+                pos, slot, p);
 }
 void launch_kv_store(const KvDev& kv, int layer, const float* k, const float* v, int n, const int32_t* seq,
                      const int32_t* pos, const int32_t* slot, cudaStream_t s) {
   const int64_t total = static_cast<int64_t>(n) * kv.n_head_kv * kv.head_dim;
   const unsigned grid = blocks_for(total, 256, "kv_store_kernel");
   if (grid == 0) return;
-  kv_store_kernel<<<grid, 256, 0, s>>>(kv, layer, k, v, n, seq, pos, slot);
-  after_launch("kv_store_kernel", dim3(grid), dim3(256), s);
+  launch_kernel("kv_store_kernel", kv_store_kernel, dim3(grid), dim3(256), 0, s, kv, layer, k, v, n, seq, pos, slot);
 }
 void launch_attention(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,
                       const AttnDev& p, float* out, cudaStream_t s) {
   if (n <= 0 || p.n_head <= 0) return;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(p.n_head));
   if (p.head_dim <= 128) {
-    attention_kernel<4><<<grid, kAttnWarps * kWarp, 0, s>>>(kv, layer, q, seq, pos, p, out);
-    after_launch("attention_kernel<4>", grid, dim3(kAttnWarps * kWarp), s);
+    launch_kernel("attention_kernel<4>", attention_kernel<4>, grid, dim3(kAttnWarps * kWarp), 0, s, kv, layer, q, seq,
+                  pos, p, out);
   } else {
-    attention_kernel<8><<<grid, kAttnWarps * kWarp, 0, s>>>(kv, layer, q, seq, pos, p, out);
-    after_launch("attention_kernel<8>", grid, dim3(kAttnWarps * kWarp), s);
+    launch_kernel("attention_kernel<8>", attention_kernel<8>, grid, dim3(kAttnWarps * kWarp), 0, s, kv, layer, q, seq,
+                  pos, p, out);
   }
 }
 

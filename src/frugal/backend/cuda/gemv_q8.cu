@@ -1,0 +1,608 @@
+// Decode GEMV for quantized weights over 8-bit activations: the activations of the step are
+// quantized once per product input the way the CPU backend quantizes them (Q8_0 blocks of 32 for
+// Q8_0/Q4_0 weights, Q8_K blocks of 256 with sums of every 16 codes for the K-quants: the same
+// scales, codes and rounding, see quant/q8_0.cc and quant/q8_k.cc), and the weight codes meet them
+// in integer dot products (dp4a: four 8-bit products and a sum in one instruction).
+//
+// Why: the float-activation GEMV (gemv.cu) spends about four instructions per weight element
+// (unpack, convert, scale, FMA) and loads four bytes of activations per element; at the H200's
+// 4.8 TB/s a Q4_K row stream needs ~10^13 elements/s, so it ran out of instructions and L1
+// bandwidth at ~1 TB/s. Here an element costs about half an instruction and one activation byte.
+// It is also closer to the CPU: both now see the same quantized activations, and what differs is
+// only the order of float additions of exact integer partial sums.
+#include <cuda_fp16.h>
+
+#include <cstdlib>
+
+#include "frugal/backend/cuda/common.cuh"
+#include "frugal/backend/cuda/cuda_backend.h"
+#include "frugal/backend/cuda/gemv_q8.cuh"
+
+namespace frugal::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kWarps = 4;  // warps per block; each warp computes R rows
+
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+  return __dp4a(a, b, c);
+#else
+  for (int i = 0; i < 4; ++i) {
+    c += static_cast<int>(static_cast<int8_t>(a >> (8 * i))) * static_cast<int>(static_cast<int8_t>(b >> (8 * i)));
+  }
+  return c;
+#endif
+}
+
+__device__ __forceinline__ uint32_t ld_u16_pair(const uint8_t* p) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
+}
+
+// ---- activation quantizers (one warp per block; the arithmetic is in gemv_q8.cuh) --------------
+
+__global__ void quantize_act_q8_0_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
+                                         float* __restrict__ d, int* __restrict__ s) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (blk >= n_blocks) return;  // warp-uniform
+  warp_quantize_q8_0(x[blk * 32 + lane], lane, blk, q, d, s);
+}
+
+__global__ void quantize_act_q8_k_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
+                                         float* __restrict__ d, int* __restrict__ s) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (blk >= n_blocks) return;
+  const float4* src = reinterpret_cast<const float4*>(x + blk * 256 + lane * 8);
+  const float4 a = src[0], b = src[1];
+  const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  warp_quantize_q8_k(v, lane, blk, q, d, s);
+}
+
+// rms_norm (as ops.cu's rms_norm_kernel: one block per row, same sums and expression) that also
+// quantizes its output: warp w takes the row's quantization blocks w, w + warps, ...
+__global__ void rms_norm_q8_kernel(const float* __restrict__ x, const float* __restrict__ w, int dim, float eps,
+                                   float* __restrict__ y, int k256, int8_t* __restrict__ q, float* __restrict__ d,
+                                   int* __restrict__ s) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * dim;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  __shared__ float part[32];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  if (lane == 0) part[warp] = ss;
+  __syncthreads();
+  if (threadIdx.x < kWarp) {
+    float v = threadIdx.x < warps ? part[threadIdx.x] : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    if (threadIdx.x == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(part[0] / static_cast<float>(dim) + eps);
+  float* yr = y + row * dim;
+  if (k256) {
+    for (int b = warp; b < dim / 256; b += warps) {
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int e = b * 256 + lane * 8 + i;
+        v[i] = xr[e] * scale * w[e];
+        yr[e] = v[i];
+      }
+      warp_quantize_q8_k(v, lane, row * (dim / 256) + b, q, d, s);
+    }
+  } else {
+    for (int b = warp; b < dim / 32; b += warps) {
+      const int e = b * 32 + lane;
+      const float v = xr[e] * scale * w[e];
+      yr[e] = v;
+      warp_quantize_q8_0(v, lane, row * (dim / 32) + b, q, d, s);
+    }
+  }
+}
+
+// gate = silu(gate) * up (as ops.cu's swiglu_kernel), quantized: one warp per quantization block.
+__global__ void swiglu_q8_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n_blocks, int k256,
+                                 int8_t* __restrict__ q, float* __restrict__ d, int* __restrict__ s) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (blk >= n_blocks) return;
+  if (k256) {
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t e = blk * 256 + lane * 8 + i;
+      const float g = gate[e];
+      v[i] = g / (1.f + expf(-g)) * up[e];
+      gate[e] = v[i];
+    }
+    warp_quantize_q8_k(v, lane, blk, q, d, s);
+  } else {
+    const int64_t e = blk * 32 + lane;
+    const float g = gate[e];
+    const float v = g / (1.f + expf(-g)) * up[e];
+    gate[e] = v;
+    warp_quantize_q8_0(v, lane, blk, q, d, s);
+  }
+}
+
+// ---- per-type units: load_w (weight registers of one unit of one row), load_a (activation
+// registers of the same unit of one token) and dot (their contribution) ------------------------
+
+template <DType T>
+struct Q;
+
+// Q8_0 (split at upload: codes [rows][cols], F16 scales [rows][cols/32]): unit = one block of 32.
+template <>
+struct Q<DType::kQ8_0> {
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  struct W {
+    uint4 a, b;
+    float d;
+  };
+  struct A {
+    uint4 a, b;
+    float d;
+  };
+  __device__ static void load_w(const DevWeight& w, int64_t row, int64_t u, W& o) {
+    const uint4* p = reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + 2 * u;
+    o.a = __ldg(p);
+    o.b = __ldg(p + 1);
+    o.d = __half2float(w.scales[row * (w.cols / 32) + u]);
+  }
+  __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) {
+    const uint4* p = reinterpret_cast<const uint4*>(x.q + static_cast<int64_t>(t) * x.cols) + 2 * u;
+    o.a = p[0];
+    o.b = p[1];
+    o.d = x.d[static_cast<int64_t>(t) * (x.cols / 32) + u];
+  }
+  __device__ static float dot(const W& w, const A& a) {
+    int s = dp4a(w.a.x, a.a.x, 0);
+    s = dp4a(w.a.y, a.a.y, s);
+    s = dp4a(w.a.z, a.a.z, s);
+    s = dp4a(w.a.w, a.a.w, s);
+    s = dp4a(w.b.x, a.b.x, s);
+    s = dp4a(w.b.y, a.b.y, s);
+    s = dp4a(w.b.z, a.b.z, s);
+    s = dp4a(w.b.w, a.b.w, s);
+    return static_cast<float>(s) * (w.d * a.d);
+  }
+};
+
+// Q4_0 (split at upload: 16 nibble bytes per block, F16 scales): unit = one block; low nibbles are
+// elements 0-15, high nibbles 16-31; codes are q - 8, so dot = sum(q x) - 8 sum(x).
+template <>
+struct Q<DType::kQ4_0> {
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  struct W {
+    uint4 q;
+    float d;
+  };
+  struct A {
+    uint4 lo, hi;
+    float d;
+    int s;
+  };
+  __device__ static void load_w(const DevWeight& w, int64_t row, int64_t u, W& o) {
+    o.q = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    o.d = __half2float(w.scales[row * (w.cols / 32) + u]);
+  }
+  __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) {
+    const uint4* p = reinterpret_cast<const uint4*>(x.q + static_cast<int64_t>(t) * x.cols) + 2 * u;
+    o.lo = p[0];
+    o.hi = p[1];
+    const int64_t b = static_cast<int64_t>(t) * (x.cols / 32) + u;
+    o.d = x.d[b];
+    o.s = x.s[b];
+  }
+  __device__ static float dot(const W& w, const A& a) {
+    const uint32_t m = 0x0F0F0F0Fu;
+    int s = dp4a(static_cast<int>(w.q.x & m), a.lo.x, 0);
+    s = dp4a(static_cast<int>(w.q.y & m), a.lo.y, s);
+    s = dp4a(static_cast<int>(w.q.z & m), a.lo.z, s);
+    s = dp4a(static_cast<int>(w.q.w & m), a.lo.w, s);
+    s = dp4a(static_cast<int>((w.q.x >> 4) & m), a.hi.x, s);
+    s = dp4a(static_cast<int>((w.q.y >> 4) & m), a.hi.y, s);
+    s = dp4a(static_cast<int>((w.q.z >> 4) & m), a.hi.z, s);
+    s = dp4a(static_cast<int>((w.q.w >> 4) & m), a.hi.w, s);
+    return static_cast<float>(s - 8 * a.s) * (w.d * a.d);
+  }
+};
+
+// Q4_K (GGUF blocks of 144 bytes per 256): unit = (super-block b, 64-element chunk c): 32 code
+// bytes whose low nibbles are sub-block 2c, high nibbles sub-block 2c+1. Per sub-block j:
+// d*sc_j*sum(q x) - dmin*m_j*sum(x); the activation sums come from Q8_K's sums of 16.
+template <>
+struct Q<DType::kQ4_K> {
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 256 * 4; }
+  struct W {
+    uint4 a, b;
+    int sc0, sc1, m0, m1;
+    float d, dmin;
+  };
+  struct A {
+    uint4 x0, x1, x2, x3;
+    float d;
+    int s0, s1;
+  };
+  __device__ static void load_w(const DevWeight& w, int64_t row, int64_t u, W& o) {
+    const int64_t b = u >> 2;
+    const int c = static_cast<int>(u & 3);
+    const uint8_t* blk = w.data + row * w.row_stride + b * 144;
+    const uint4* codes = reinterpret_cast<const uint4*>(blk + 16 + 32 * c);
+    o.a = __ldg(codes);
+    o.b = __ldg(codes + 1);
+    const uint4 hdr = __ldg(reinterpret_cast<const uint4*>(blk));
+    o.d = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x & 0xFFFF)));
+    o.dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x >> 16)));
+    const auto sc = [&hdr](int k) -> int {
+      const uint32_t word = k < 4 ? hdr.y : (k < 8 ? hdr.z : hdr.w);
+      return static_cast<int>((word >> (8 * (k & 3))) & 0xFFu);
+    };
+    const int j0 = 2 * c, j1 = 2 * c + 1;
+    if (j0 < 4) {
+      o.sc0 = sc(j0) & 63; o.m0 = sc(j0 + 4) & 63;
+      o.sc1 = sc(j1) & 63; o.m1 = sc(j1 + 4) & 63;
+    } else {
+      o.sc0 = (sc(j0 + 4) & 0xF) | ((sc(j0 - 4) >> 6) << 4); o.m0 = (sc(j0 + 4) >> 4) | ((sc(j0) >> 6) << 4);
+      o.sc1 = (sc(j1 + 4) & 0xF) | ((sc(j1 - 4) >> 6) << 4); o.m1 = (sc(j1 + 4) >> 4) | ((sc(j1) >> 6) << 4);
+    }
+  }
+  __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) {
+    const uint4* p = reinterpret_cast<const uint4*>(x.q + static_cast<int64_t>(t) * x.cols) + 4 * u;
+    o.x0 = p[0];
+    o.x1 = p[1];
+    o.x2 = p[2];
+    o.x3 = p[3];
+    o.d = x.d[static_cast<int64_t>(t) * (x.cols / 256) + (u >> 2)];
+    const int* s = x.s + static_cast<int64_t>(t) * (x.cols / 16) + 4 * u;  // groups of 16 of this chunk
+    o.s0 = s[0] + s[1];
+    o.s1 = s[2] + s[3];
+  }
+  __device__ static float dot(const W& w, const A& a) {
+    const uint32_t m = 0x0F0F0F0Fu;
+    int i0 = dp4a(static_cast<int>(w.a.x & m), a.x0.x, 0);
+    i0 = dp4a(static_cast<int>(w.a.y & m), a.x0.y, i0);
+    i0 = dp4a(static_cast<int>(w.a.z & m), a.x0.z, i0);
+    i0 = dp4a(static_cast<int>(w.a.w & m), a.x0.w, i0);
+    i0 = dp4a(static_cast<int>(w.b.x & m), a.x1.x, i0);
+    i0 = dp4a(static_cast<int>(w.b.y & m), a.x1.y, i0);
+    i0 = dp4a(static_cast<int>(w.b.z & m), a.x1.z, i0);
+    i0 = dp4a(static_cast<int>(w.b.w & m), a.x1.w, i0);
+    int i1 = dp4a(static_cast<int>((w.a.x >> 4) & m), a.x2.x, 0);
+    i1 = dp4a(static_cast<int>((w.a.y >> 4) & m), a.x2.y, i1);
+    i1 = dp4a(static_cast<int>((w.a.z >> 4) & m), a.x2.z, i1);
+    i1 = dp4a(static_cast<int>((w.a.w >> 4) & m), a.x2.w, i1);
+    i1 = dp4a(static_cast<int>((w.b.x >> 4) & m), a.x3.x, i1);
+    i1 = dp4a(static_cast<int>((w.b.y >> 4) & m), a.x3.y, i1);
+    i1 = dp4a(static_cast<int>((w.b.z >> 4) & m), a.x3.z, i1);
+    i1 = dp4a(static_cast<int>((w.b.w >> 4) & m), a.x3.w, i1);
+    const int qs = w.sc0 * i0 + w.sc1 * i1;  // exact: |.| < 2^24
+    const int ms = w.m0 * a.s0 + w.m1 * a.s1;
+    return a.d * (w.d * static_cast<float>(qs) - w.dmin * static_cast<float>(ms));
+  }
+};
+
+// Q6_K (GGUF blocks of 210 bytes per 256: ql[128], qh[64], int8 scales[16], F16 d): unit = (b,
+// half hf, g in 0..3): elements 128 hf + 32 k + 8 g + [0, 8) for k < 4, i.e. four runs of 8 with
+// scales sc[8 hf + 2 k + g/2]. Codes are 6-bit q - 32.
+template <>
+struct Q<DType::kQ6_K> {
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 256 * 8; }
+  struct W {
+    uint32_t la[2], lb[2], h[2];
+    int sc[4];
+    float d;
+  };
+  struct A {
+    uint2 x[4];
+    float d;
+  };
+  __device__ static void load_w(const DevWeight& w, int64_t row, int64_t u, W& o) {
+    const int64_t b = u >> 3;
+    const int hf = static_cast<int>((u >> 2) & 1);
+    const int g = static_cast<int>(u & 3);
+    const uint8_t* blk = w.data + row * w.row_stride + b * 210;
+    const uint8_t* la = blk + 64 * hf + 8 * g;
+    o.la[0] = ld_u16_pair(la);
+    o.la[1] = ld_u16_pair(la + 4);
+    o.lb[0] = ld_u16_pair(la + 32);
+    o.lb[1] = ld_u16_pair(la + 36);
+    const uint8_t* qh = blk + 128 + 32 * hf + 8 * g;
+    o.h[0] = ld_u16_pair(qh);
+    o.h[1] = ld_u16_pair(qh + 4);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 8 * hf + g / 2;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o.sc[k] = sc[2 * k];
+    o.d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(blk + 208)));
+  }
+  __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) {
+    const int64_t b = u >> 3;
+    const int hf = static_cast<int>((u >> 2) & 1);
+    const int g = static_cast<int>(u & 3);
+    const int8_t* base = x.q + static_cast<int64_t>(t) * x.cols + b * 256 + 128 * hf + 8 * g;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o.x[k] = *reinterpret_cast<const uint2*>(base + 32 * k);
+    o.d = x.d[static_cast<int64_t>(t) * (x.cols / 256) + b];
+  }
+  __device__ static float dot(const W& w, const A& a) {
+    const uint32_t m = 0x0F0F0F0Fu;
+    int total = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int s = 0;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const uint32_t l = (k & 1) ? w.lb[i] : w.la[i];
+        const uint32_t lo = k >= 2 ? ((l >> 4) & m) : (l & m);
+        const uint32_t hi = ((w.h[i] >> (2 * k)) & 0x03030303u) << 4;
+        const int v = static_cast<int>(__vsub4(lo | hi, 0x20202020u));  // bytewise q - 32 in [-32, 31]
+        s = dp4a(v, static_cast<int>(i == 0 ? a.x[k].x : a.x[k].y), s);
+      }
+      total += w.sc[k] * s;
+    }
+    return a.d * w.d * static_cast<float>(total);
+  }
+};
+
+// Each warp computes R consecutive rows for up to NT tokens: per unit the R rows' weight registers
+// are loaded first (R independent loads in flight), then each token's activation unit is loaded
+// once and used for all R rows. Rows past the end are clamped for loading and not stored.
+template <DType T, int NT, int R>
+__global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QActView x, int nt, int accumulate) {
+  using D = Q<T>;
+  const int b = static_cast<int>(blockIdx.x);
+  const int i = (set.n > 2 && b >= set.first2) ? 2 : ((set.n > 1 && b >= set.first1) ? 1 : 0);
+  const DevWeight& w = i == 0 ? set.w0 : (i == 1 ? set.w1 : set.w2);
+  float* y = i == 0 ? set.y0 : (i == 1 ? set.y1 : set.y2);
+  const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
+  const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row0 = (static_cast<int64_t>(b - first) * kWarps + threadIdx.x / kWarp) * R;
+  if (row0 >= w.rows) return;
+  int64_t rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
+  // The weights do not depend on the previous kernel: start pulling the first bytes of each row
+  // into L2 while it finishes (programmatic dependent launch, common.cuh), then wait for it.
+  const int64_t ahead = w.row_stride < set.prefetch ? w.row_stride : set.prefetch;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (lane * 128 < ahead) prefetch_l2(w.data + rows[r] * w.row_stride + lane * 128);
+  }
+  pdl_wait();
+  pdl_trigger();
+  float acc[NT][R];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
+  }
+  const int64_t units = D::units(w.cols);
+#pragma unroll 2
+  for (int64_t u = lane; u < units; u += kWarp) {
+    typename D::W wr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) D::load_w(w, rows[r], u, wr[r]);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (NT > 1 && t >= nt) break;
+      typename D::A a;
+      D::load_a(x, t, u, a);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[t][r] += D::dot(wr[r], a);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float v = acc[t][r];
+#pragma unroll
+      for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+      acc[t][r] = v;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = row0 + r;
+    if (lane != r || row >= w.rows) continue;
+    for (int t = 0; t < nt && t < NT; ++t) {
+      float out = acc[t][r] + (bias != nullptr ? bias[row] : 0.f);
+      float* dst = y + static_cast<int64_t>(t) * w.rows + row;
+      *dst = accumulate ? *dst + out : out;
+    }
+  }
+}
+
+int q8_rows_per_warp() {
+  static const int r = [] {
+    const char* e = std::getenv("FRUGAL_GEMV_Q8_ROWS");
+    const int v = e != nullptr ? std::atoi(e) : 2;
+    return v == 1 || v == 4 ? v : 2;
+  }();
+  return r;
+}
+
+template <DType T, int R>
+void launch_rows(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
+  const int per_block = kWarps * R;
+  const auto blocks = [per_block](const DevWeight& w) { return static_cast<int>((w.rows + per_block - 1) / per_block); };
+  GemvSet g = set;
+  g.prefetch = gemv_prefetch_bytes();
+  g.first1 = blocks(g.w0);
+  g.first2 = g.first1 + (g.n > 1 ? blocks(g.w1) : 0);
+  const int total = g.first2 + (g.n > 2 ? blocks(g.w2) : 0);
+  if (total <= 0 || n <= 0) return;
+  if (profiling()) {
+    // Weight bytes of the set (codes plus Q8_0/Q4_0 scales), and its shape for the name.
+    uint64_t bytes = 0;
+    int64_t rows = 0;
+    const DevWeight* ws[3] = {&g.w0, &g.w1, &g.w2};
+    for (int i = 0; i < g.n; ++i) {
+      rows += ws[i]->rows;
+      bytes += static_cast<uint64_t>(ws[i]->rows * ws[i]->row_stride) +
+               (ws[i]->scales != nullptr ? static_cast<uint64_t>(ws[i]->rows * (ws[i]->cols / 32) * 2) : 0);
+    }
+    profile_label(cat("gemv_q8 ", std::string(dtype_name(T)), " ", rows, "x", g.w0.cols, " n=", n, " R=", R), bytes);
+  }
+  const dim3 grid(static_cast<unsigned>(total));
+  const dim3 block(kWarps * kWarp);
+  if (n == 1) {
+    launch_kernel("gemv_q8_kernel<NT=1>", gemv_q8_kernel<T, 1, R>, grid, block, 0, s, g, x, 1, acc ? 1 : 0);
+  } else if (n <= 4) {
+    launch_kernel("gemv_q8_kernel<NT=4>", gemv_q8_kernel<T, 4, R>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
+  } else {
+    launch_kernel("gemv_q8_kernel<NT=8>", gemv_q8_kernel<T, 8, R>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
+  }
+}
+
+template <DType T>
+void launch_t(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
+  switch (q8_rows_per_warp()) {
+    case 1: launch_rows<T, 1>(set, x, n, acc, s); break;
+    case 4: launch_rows<T, 4>(set, x, n, acc, s); break;
+    default: launch_rows<T, 2>(set, x, n, acc, s); break;
+  }
+}
+
+}  // namespace
+
+QActKind q8_activation_kind(DType weight) {
+  switch (weight) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      return QActKind::kQ8_0;
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return QActKind::kQ8_K;
+    default:
+      return QActKind::kNone;
+  }
+}
+
+size_t q8_activation_bytes(int64_t n, int64_t cols) {
+  // codes, then floats (one per 32: the finer of the two scale grids), then ints (one per 16)
+  const size_t codes = static_cast<size_t>(n * cols);
+  return ((codes + 15) / 16) * 16 + static_cast<size_t>(n * (cols / 32)) * 4 + static_cast<size_t>(n * (cols / 16)) * 4;
+}
+
+QActView q8_activation_view(void* scratch, int n, int64_t cols) {
+  QActView v;
+  auto* base = static_cast<uint8_t*>(scratch);
+  const size_t codes = ((static_cast<size_t>(n * cols) + 15) / 16) * 16;
+  v.q = reinterpret_cast<int8_t*>(base);
+  v.d = reinterpret_cast<float*>(base + codes);
+  v.s = reinterpret_cast<int*>(base + codes + static_cast<size_t>(n * (cols / 32)) * 4);
+  v.cols = cols;
+  return v;
+}
+
+QActView launch_quantize_activations(QActKind kind, const float* x, int n, int64_t cols, void* scratch,
+                                     cudaStream_t s) {
+  const QActView v = q8_activation_view(scratch, n, cols);
+  const int64_t per = kind == QActKind::kQ8_0 ? 32 : 256;
+  const int64_t n_blocks = static_cast<int64_t>(n) * cols / per;
+  const unsigned grid = blocks_1d(n_blocks * kWarp, 256, "quantize_act kernel");
+  if (grid == 0) return v;
+  if (kind == QActKind::kQ8_0) {
+    launch_kernel("quantize_act_q8_0_kernel", quantize_act_q8_0_kernel, dim3(grid), dim3(256), 0, s, x, n_blocks,
+                  const_cast<int8_t*>(v.q), const_cast<float*>(v.d), const_cast<int*>(v.s));
+  } else {
+    launch_kernel("quantize_act_q8_k_kernel", quantize_act_q8_k_kernel, dim3(grid), dim3(256), 0, s, x, n_blocks,
+                  const_cast<int8_t*>(v.q), const_cast<float*>(v.d), const_cast<int*>(v.s));
+  }
+  return v;
+}
+
+void launch_rms_norm_q8(const float* x, const float* w, int rows, int dim, float eps, float* y, QActKind kind,
+                        const QActView& out, cudaStream_t s) {
+  if (rows <= 0) return;
+  const int threads = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 64);  // as launch_rms_norm: the same sums
+  launch_kernel("rms_norm_q8_kernel", rms_norm_q8_kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, s, x, w,
+                dim, eps, y, kind == QActKind::kQ8_K ? 1 : 0, const_cast<int8_t*>(out.q), const_cast<float*>(out.d),
+                const_cast<int*>(out.s));
+}
+
+void launch_swiglu_q8(float* gate, const float* up, int rows, int dim, QActKind kind, const QActView& out,
+                      cudaStream_t s) {
+  const int64_t per = kind == QActKind::kQ8_K ? 256 : 32;
+  const int64_t n_blocks = static_cast<int64_t>(rows) * dim / per;
+  const unsigned grid = blocks_1d(n_blocks * kWarp, 256, "swiglu_q8_kernel");
+  if (grid == 0) return;
+  launch_kernel("swiglu_q8_kernel", swiglu_q8_kernel, dim3(grid), dim3(256), 0, s, gate, up, n_blocks,
+                kind == QActKind::kQ8_K ? 1 : 0, const_cast<int8_t*>(out.q), const_cast<float*>(out.d),
+                const_cast<int*>(out.s));
+}
+
+void launch_gemv_q8_set(const GemvSet& set, const QActView& x, int n, bool accumulate, cudaStream_t s) {
+  switch (set.w0.type) {
+    case DType::kQ8_0: launch_t<DType::kQ8_0>(set, x, n, accumulate, s); break;
+    case DType::kQ4_0: launch_t<DType::kQ4_0>(set, x, n, accumulate, s); break;
+    case DType::kQ4_K: launch_t<DType::kQ4_K>(set, x, n, accumulate, s); break;
+    case DType::kQ6_K: launch_t<DType::kQ6_K>(set, x, n, accumulate, s); break;
+    default:
+      record_launch_error(cat("cuda: no 8-bit activation GEMV for weight type ", std::string(dtype_name(set.w0.type))));
+      break;
+  }
+}
+
+Status quantize_activations_on_device(int op, bool k256, const float* x, const float* w, int rows, int dim, float eps,
+                                      float* y, int8_t* q, float* d, int* s) {
+  const int64_t per = k256 ? 256 : 32;
+  if (rows <= 0 || dim <= 0 || dim % per != 0 || op < 0 || op > 2) {
+    return fail(ErrorCode::kInvalidArgument, "quantize_activations_on_device: op ", op, ", ", rows, " x ", dim,
+                " (dim a multiple of ", per, ")");
+  }
+  const QActKind kind = k256 ? QActKind::kQ8_K : QActKind::kQ8_0;
+  const size_t n = static_cast<size_t>(rows) * dim;
+  const size_t wn = op == 2 ? n : static_cast<size_t>(dim);
+  DeviceArena arena;
+  float *dx = nullptr, *dw = nullptr, *dy = nullptr;
+  uint8_t* scratch = nullptr;
+  cudaStream_t st = nullptr;
+  FRUGAL_RETURN_IF_ERROR(arena.alloc(n, &dx));
+  FRUGAL_RETURN_IF_ERROR(arena.alloc(wn, &dw));
+  FRUGAL_RETURN_IF_ERROR(arena.alloc(n, &dy));
+  FRUGAL_RETURN_IF_ERROR(arena.alloc(q8_activation_bytes(rows, dim), &scratch));
+  FRUGAL_CUDA(cudaMemcpy(dx, x, n * 4, cudaMemcpyHostToDevice));
+  if (op != 0) FRUGAL_CUDA(cudaMemcpy(dw, w, wn * 4, cudaMemcpyHostToDevice));
+  FRUGAL_CUDA(cudaStreamCreate(&st));
+  QActView v = q8_activation_view(scratch, rows, dim);
+  if (op == 0) {
+    FRUGAL_CUDA(cudaMemcpyAsync(dy, dx, n * 4, cudaMemcpyDeviceToDevice, st));
+    v = launch_quantize_activations(kind, dx, rows, dim, scratch, st);
+  } else if (op == 1) {
+    launch_rms_norm_q8(dx, dw, rows, dim, eps, dy, kind, v, st);
+  } else {
+    launch_swiglu_q8(dx, dw, rows, dim, kind, v, st);
+    FRUGAL_CUDA(cudaMemcpyAsync(dy, dx, n * 4, cudaMemcpyDeviceToDevice, st));
+  }
+  Status e = take_launch_error();
+  const cudaError_t se = cudaStreamSynchronize(st);
+  cudaStreamDestroy(st);
+  FRUGAL_RETURN_IF_ERROR(e);
+  FRUGAL_CUDA(se);
+  const size_t nd = static_cast<size_t>(rows) * (dim / per);
+  const size_t ns = static_cast<size_t>(rows) * (dim / (k256 ? 16 : 32));
+  FRUGAL_CUDA(cudaMemcpy(y, dy, n * 4, cudaMemcpyDeviceToHost));
+  FRUGAL_CUDA(cudaMemcpy(q, v.q, n, cudaMemcpyDeviceToHost));
+  FRUGAL_CUDA(cudaMemcpy(d, v.d, nd * 4, cudaMemcpyDeviceToHost));
+  FRUGAL_CUDA(cudaMemcpy(s, v.s, ns * 4, cudaMemcpyDeviceToHost));
+  return ok_status();
+}
+
+}  // namespace frugal::cuda
