@@ -13,8 +13,10 @@
 #                was carried (.node/node.xz and .node/node_modules.tar.xz: xz'd copies of this
 #                machine's node binary and of `npm ci`'s node_modules)
 #   PHASE bench: roofline; per type (F16, Q8_0, Q4_K_M): pp512 and tg128 for frugal (GEMV rows per
-#                warp 1, 2, 4) and llama.cpp (-ngl 99 -fa 1); 64 parallel sequences (F16); prefill of
-#                32,768 tokens and decode at that depth (F16); peak host RSS of each frugal run.
+#                warp 1, 2, 4; without programmatic dependent launch; quantized types also with the
+#                float-activation GEMV) and llama.cpp (-ngl 99 -fa 1); 64 parallel sequences (F16);
+#                decode at 4,096 tokens of depth; prefill of 32,768 tokens and decode at that depth
+#                (F16); peak host RSS of each frugal run.
 #                BENCH_TYPES="F16" limits the types, BENCH_LONG=0 skips the 64-sequence and 32k rows.
 # Every step's output lands in $OUT (or ./cudabench-out) as one archive, cudabench.tgz, with
 # steps.tsv (status and seconds per step) and the log.
@@ -145,19 +147,28 @@ lb() {  # lb NAME ARGS: llama-bench
 for ty in $TYPES; do
   M=$TMP/llama8b-$ty.gguf
   [ -s "$M" ] || { say "no $M"; continue; }
-  for rows in 1 2 4; do fb "$ty-tg128-rows$rows" FRUGAL_GEMV_ROWS=$rows -- -m "$M" -p 0 -n 128 -r 3; done
-  fb "$ty-pp512" FRUGAL_GEMV_ROWS=2 -- -m "$M" -p 512 -n 0 -r 3
+  for rows in 1 2 4; do
+    fb "$ty-tg128-rows$rows" FRUGAL_GEMV_ROWS=$rows FRUGAL_GEMV_Q8_ROWS=$rows -- -m "$M" -p 0 -n 128 -r 3
+  done
+  # What each decode change is worth, in the same run: without programmatic dependent launch, and
+  # (quantized types) with the float-activation GEMV instead of the 8-bit one.
+  fb "$ty-tg128-pdl-off" FRUGAL_CUDA_PDL=0 -- -m "$M" -p 0 -n 128 -r 3
+  [ "$ty" = F16 ] || fb "$ty-tg128-float-gemv" FRUGAL_GEMV_Q8=0 -- -m "$M" -p 0 -n 128 -r 3
+  fb "$ty-pp512" FRUGAL_CUDA_PDL=1 -- -m "$M" -p 512 -n 0 -r 3
   lb "$ty" -m "$M" -p 512 -n 128 -r 3
   [ "$ty" = F16 ] || rm -f "$M"
 done
 M=$TMP/llama8b-F16.gguf
 if [ -s "$M" ] && [ "${BENCH_LONG:-1}" = 1 ]; then
-  fb F16-tg128x64 FRUGAL_GEMV_ROWS=2 -- -m "$M" -p 0 -n 128 -r 2 --parallel 64 -d 16
+  fb F16-tg128x64 FRUGAL_CUDA_PDL=1 -- -m "$M" -p 0 -n 128 -r 2 --parallel 64 -d 16
   [ "$HAVE_LLAMA" = 1 ] && step llama-batched-64 200 "$LB/llama-batched-bench" -m "$M" -ngl 99 -fa -c 16384 \
     -npp 16 -ntg 128 -npl 64 && grep -E "^\|" "$WORK/llama-batched-64.out" | tail -2
-  fb F16-pp32768 FRUGAL_GEMV_ROWS=2 -- -m "$M" -p 32768 -n 0 -r 1 -b 2048
+  fb F16-pp32768 FRUGAL_CUDA_PDL=1 -- -m "$M" -p 32768 -n 0 -r 1 -b 2048
   lb F16-pp32768 -m "$M" -p 32768 -n 0 -r 1 -b 2048 -ub 2048
-  fb F16-tg128-d32768 FRUGAL_GEMV_ROWS=2 -- -m "$M" -p 0 -n 128 -r 1 -d 32768 -b 2048
+  fb F16-tg128-d4096 FRUGAL_CUDA_PDL=1 -- -m "$M" -p 0 -n 128 -r 1 -d 4096 -b 2048
+  [ "$HAVE_LLAMA" = 1 ] && step llama-batched-d4k 200 "$LB/llama-batched-bench" -m "$M" -ngl 99 -fa -c 4352 \
+    -b 2048 -ub 2048 -npp 4096 -ntg 128 -npl 1 && grep -E "^\|" "$WORK/llama-batched-d4k.out" | tail -2
+  fb F16-tg128-d32768 FRUGAL_CUDA_PDL=1 -- -m "$M" -p 0 -n 128 -r 1 -d 32768 -b 2048
   [ "$HAVE_LLAMA" = 1 ] && step llama-batched-d32k 200 "$LB/llama-batched-bench" -m "$M" -ngl 99 -fa -c 33024 \
     -b 2048 -ub 2048 -npp 32768 -ntg 128 -npl 1 && grep -E "^\|" "$WORK/llama-batched-d32k.out" | tail -2
   fb F16-tg128-flash-off FRUGAL_CUDA_FLASH=0 -- -m "$M" -p 0 -n 128 -r 2
