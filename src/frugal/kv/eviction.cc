@@ -72,7 +72,7 @@ Status validate(const KvPolicyOptions& o) {
 Result<KvBudgetBase> parse_kv_budget_base(const std::string& name) {
   if (name == "trace") return KvBudgetBase::kTrace;
   if (name == "generated") return KvBudgetBase::kGenerated;
-  return error(ErrorCode::kInvalidArgument, "kv-budget-of: '{}' is not trace or generated", name);
+  return error(ErrorCode::kInvalidArgument, "'{}' is not trace or generated", name);
 }
 
 const char* kv_budget_base_name(KvBudgetBase b) { return b == KvBudgetBase::kGenerated ? "generated" : "trace"; }
