@@ -56,7 +56,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   }
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(kvo));
   evictor->begin(kv, 0, prompt_len);
-  Backend& be = evictor->backend(backend);
+  AttentionObserver* observer = evictor->attention_observer();
 
   GenerateResult res;
   res.prompt_tokens = prompt;
@@ -72,7 +72,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
     const size_t end = std::min(prompt.size(), i + static_cast<size_t>(opts.n_batch));
     batch.clear();
     for (size_t j = i; j < end; ++j) batch.add(prompt[j], static_cast<int32_t>(j), 0, j + 1 == prompt.size());
-    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, be, logits.data()));
+    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, backend, logits.data(), observer));
   }
   res.timings.prefill_ms = ms_since(t_prefill);
   res.timings.prefill_tokens = static_cast<int64_t>(prompt.size());
@@ -128,7 +128,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
     FRUGAL_RETURN_IF_ERROR(evictor->step(kv, 0));
     batch.clear();
     batch.add(id, pos++, 0, true);
-    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, be, logits.data()));
+    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, backend, logits.data(), observer));
     ++res.timings.decode_tokens;
   }
   res.timings.decode_ms = ms_since(t_decode);
