@@ -12,6 +12,7 @@
 #include "command.h"
 #include "common.h"
 #include "device.h"
+#include "engine_options.h"
 
 namespace frugal::cli {
 namespace {
@@ -20,12 +21,11 @@ struct BenchArgs {
   std::string model;
   std::vector<int> n_prompt{512};
   std::vector<int> n_gen{128};
-  int threads = 0;
+  EngineFlags engine;
   int reps = 5;
   int n_batch = 512;
   int n_parallel = 1;
   int depth = 0;
-  std::string device = "cpu";
   bool roofline = false;
   bool json = false;
 };
@@ -49,13 +49,24 @@ struct TestResult {
   }
 };
 
-// Runs one repetition and returns tokens/s; the cache starts empty. With n_par > 1 every decode
-// step carries one token of each of n_par sequences (tokens/s counts all of them). With depth > 0
-// each sequence first gets `depth` untimed context tokens, so pp/tg are measured at that depth.
-Result<double> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int n_batch, int n_par, int depth,
-                        std::mt19937& rng) {
+// One repetition's shape. With n_par > 1 every decode step carries one token of each of n_par
+// sequences (tokens/s counts all of them). With depth > 0 each sequence first gets `depth` untimed
+// context tokens, so pp/tg are measured at that depth.
+struct BenchRun {
+  int n_prompt = 0;
+  int n_gen = 0;
+  int n_batch = 512;
+  int n_par = 1;
+  int depth = 0;
+  DType kv_dtype = DType::kF16;
+};
+
+// Runs one repetition and returns tokens/s; the cache starts empty.
+Result<double> run_once(Model& model, Backend& be, const BenchRun& r, std::mt19937& rng) {
+  const int n_prompt = r.n_prompt, n_gen = r.n_gen, n_batch = r.n_batch, n_par = r.n_par, depth = r.depth;
   const int64_t n_vocab = model.config().n_vocab;
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(model.kv_options(n_par, depth + n_prompt + n_gen + 1)));
+  FRUGAL_ASSIGN_OR_RETURN(KvCache kv,
+                          KvCache::create(model.kv_options(n_par, depth + n_prompt + n_gen + 1, r.kv_dtype)));
   // Logits only for the rows asked for: one per prompt chunk, one per sequence per decode step.
   std::vector<float> logits(static_cast<size_t>(n_vocab * n_par));
   std::uniform_int_distribution<int> tok(0, static_cast<int>(n_vocab) - 1);
@@ -85,20 +96,26 @@ Result<double> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int 
 
 int bench(const BenchArgs& a) {
   const std::string cmd = "bench";
+  GenerateOptions engine_opts;
+  if (Status st = apply_engine_flags(a.engine, engine_opts); !st.ok()) return fail(cmd, st.message());
+  if (Status st = require_full_cache(engine_opts, "bench"); !st.ok()) return fail(cmd, st.message());
+  if (engine_opts.kv_policy.memory > 0) {
+    return fail(cmd, "--kv-memory: bench sizes the cache to each test (depth + prompt + generated tokens)");
+  }
   if (a.reps < 1) return fail(cmd, "-r must be at least 1");
   auto path = resolve_model_path(a.model);
   if (!path.ok()) return fail(cmd, path.status().message());
   ModelLoadOptions mo;
   // Touching every page up front (the progress bar) would make the whole file resident; the
   // CUDA backend reads each tensor once for its upload and then gives its pages back.
-  mo.progress = !a.json && a.device == "cpu";
+  mo.progress = !a.json && a.engine.device == "cpu";
   auto model = Model::load(*path, mo);
   if (!model.ok()) return fail(cmd, model.status().message());
   if (a.n_parallel < 1) return fail(cmd, "--parallel must be at least 1");
   if (a.depth < 0) return fail(cmd, "--depth must not be negative");
   CpuBackendOptions bo;
-  bo.n_threads = resolve_threads(a.threads);
-  auto made = make_backend(a.device, bo.n_threads);
+  bo.n_threads = resolve_threads(a.engine.threads);
+  auto made = make_backend(a.engine.device, bo.n_threads);
   if (!made.ok()) return fail(cmd, made.status().message());
   auto be = std::move(*made);
   std::mt19937 rng(1234);
@@ -120,11 +137,13 @@ int bench(const BenchArgs& a) {
     // Warm-up: touches the weights and grows every buffer once.
     const int par = t.n_gen > 0 ? a.n_parallel : 1;
     // Two decode steps: the CUDA backend captures a step's graph the second time it runs.
-    auto w = run_once(**model, *be, t.n_prompt > 0 ? std::min(t.n_prompt, a.n_batch) : 0, t.n_gen > 0 ? 2 : 0,
-                      a.n_batch, par, 0, rng);
+    const BenchRun warm{t.n_prompt > 0 ? std::min(t.n_prompt, a.n_batch) : 0, t.n_gen > 0 ? 2 : 0, a.n_batch, par, 0,
+                        engine_opts.kv_dtype};
+    auto w = run_once(**model, *be, warm, rng);
     if (!w.ok()) return fail(cmd, w.status().message());
+    const BenchRun timed{t.n_prompt, t.n_gen, a.n_batch, par, a.depth, engine_opts.kv_dtype};
     for (int r = 0; r < a.reps; ++r) {
-      auto ts = run_once(**model, *be, t.n_prompt, t.n_gen, a.n_batch, par, a.depth, rng);
+      auto ts = run_once(**model, *be, timed, rng);
       if (!ts.ok()) return fail(cmd, ts.status().message());
       t.samples.push_back(*ts);
     }
@@ -170,14 +189,13 @@ RunFn setup(CLI::App& app) {
   app.add_option("-m,--model", a->model, "GGUF model file (default: the shipped default model)");
   app.add_option("-p,--n-prompt", a->n_prompt, "prompt sizes to test (repeatable)")->capture_default_str();
   app.add_option("-n,--n-gen", a->n_gen, "generation lengths to test (repeatable)")->capture_default_str();
-  app.add_option("-t,--threads", a->threads, "CPU threads (0: all cores)")->capture_default_str();
   app.add_option("-r,--repetitions", a->reps, "repetitions per test")->capture_default_str();
   app.add_option("-b,--batch-size", a->n_batch, "prompt tokens per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--parallel", a->n_parallel, "sequences decoded together in tg tests (one token each per step)")
       ->capture_default_str();
   app.add_option("-d,--depth", a->depth, "context tokens already in the cache before each timed test (untimed)")
       ->capture_default_str();
-  app.add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  add_engine_flags(app, a->engine);
   app.add_flag("--roofline", a->roofline, "cuda, --json: also measure copy bandwidth and BF16 GEMM peak");
   app.add_flag("--json", a->json, "print results as JSON");
   return [a]() { return bench(*a); };

@@ -8,26 +8,25 @@
 #include "command.h"
 #include "common.h"
 #include "device.h"
+#include "engine_options.h"
 #include "frugal/eval/harness.h"
 
 namespace frugal::cli {
 namespace {
 
 struct EvalArgs {
-  std::string device = "cpu";
+  EngineFlags engine;                 // the configuration under test
   std::string model;
   std::vector<std::string> tasks;
   std::vector<int64_t> lengths = eval::EvalSuite{}.lengths;
   int n = 200;
   uint64_t seed = 0;
   std::string split = "test";
-  int threads = 0;
   int kl_examples = 20;
   std::vector<std::string> set;       // NAME=VALUE for the configuration under test
   std::vector<std::string> ref;       // NAME=VALUE for the reference configuration
   bool no_ref = false;
   std::string sweep;                  // NAME=v1,v2,...
-  std::string kv_quant, kv_memory;    // shorthands for --set kv-quant=... / kv-memory=...
   std::string out_json;
   std::string plot;
   bool quiet = false;
@@ -68,10 +67,11 @@ int eval_cmd(const EvalArgs& a) {
   GenerateOptions base;
   base.sampling.temperature = 0;
   eval::EvalConfig config{"", base};
+  if (Status st = apply_settings(config.gen, a.set); !st.ok()) return fail(cmd, st.message());
+  // Engine flags are shorthands for --set, applied after it.
+  if (Status st = apply_engine_flags(a.engine, config.gen); !st.ok()) return fail(cmd, st.message());
   std::vector<std::string> settings = a.set;
-  if (!a.kv_quant.empty()) settings.push_back("kv-quant=" + a.kv_quant);
-  if (!a.kv_memory.empty()) settings.push_back("kv-memory=" + a.kv_memory);
-  if (Status st = apply_settings(config.gen, settings); !st.ok()) return fail(cmd, st.message());
+  for (const std::string& s : given_engine_settings(a.engine)) settings.push_back(s);
   eval::EvalConfig reference{"reference", base};
   reference.gen.kv_dtype = DType::kF32;
   if (Status st = apply_settings(reference.gen, a.ref); !st.ok()) return fail(cmd, "--ref: " + st.message());
@@ -89,11 +89,11 @@ int eval_cmd(const EvalArgs& a) {
       if (Status st = set_generate_option(probe, sweep_name, v); !st.ok()) return fail(cmd, "--sweep: " + st.message());
     }
   }
-  auto lm = load_model(*path, !a.quiet && a.device == "cpu");
+  auto lm = load_model(*path, !a.quiet && a.engine.device == "cpu");
   if (!lm.ok()) return fail(cmd, lm.status().message());
   CpuBackendOptions bo;
-  bo.n_threads = resolve_threads(a.threads);
-  auto made = make_backend(a.device, bo.n_threads);
+  bo.n_threads = resolve_threads(a.engine.threads);
+  auto made = make_backend(a.engine.device, bo.n_threads);
   if (!made.ok()) return fail(cmd, made.status().message());
   auto backend = std::move(*made);
 
@@ -154,19 +154,17 @@ RunFn setup(CLI::App& app) {
   app.add_option("-n", a->n, "examples per task and length")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seed", a->seed, "first example seed")->capture_default_str();
   app.add_option("--split", a->split, "train or test")->capture_default_str();
-  app.add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
-  app.add_option("--device", a->device, "cpu or cuda (the model and the reference both run there)")->capture_default_str();
+  add_engine_flags(app, a->engine, {{"--device", "cpu or cuda (the model and the reference both run there)"}});
   app.add_option("--set", a->set, "engine option NAME=VALUE for the configuration under test (repeatable)");
   app.add_option("--ref", a->ref, "engine option NAME=VALUE for the reference configuration (default kv-type=f32)");
   app.add_flag("--no-ref", a->no_ref, "skip the teacher-forced comparison with the reference");
   app.add_option("--kl-examples", a->kl_examples, "teacher-forced comparisons per task and length")->capture_default_str();
-  app.add_option("--kv-quant", a->kv_quant, "KV quantization under test: none, int8, int4, hyquant");
-  app.add_option("--kv-memory", a->kv_memory, "KV memory budget under test, e.g. 1MiB");
   app.add_option("--sweep", a->sweep, "NAME=v1,v2,...: evaluate each value and plot accuracy against it");
   app.add_option("--out", a->out_json, "write every per-example result as JSON");
   app.add_option("--plot", a->plot, "SVG file for --sweep (default eval-sweep-NAME.svg)");
   app.add_flag("-q,--quiet", a->quiet, "no progress on stderr");
-  app.footer("Engine options for --set/--ref/--sweep: " + fmt::format("{}", fmt::join(generate_option_names(), ", ")));
+  app.footer("The --kv-* flags set the configuration under test, as --set does (the reference: --ref).\n"
+             "Engine options for --set/--ref/--sweep: " + fmt::format("{}", fmt::join(generate_option_names(), ", ")));
   return [a]() { return eval_cmd(*a); };
 }
 

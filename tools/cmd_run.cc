@@ -9,6 +9,7 @@
 #include "command.h"
 #include "common.h"
 #include "device.h"
+#include "engine_options.h"
 #include "frugal/engine/generate.h"
 #include "frugal/engine/timings_json.h"
 #include "frugal/eval/score.h"
@@ -25,18 +26,12 @@ struct RunArgs {
   int n_predict = 128;
   int n_ctx = 0;
   int n_batch = 512;
-  int threads = 0;
-  std::string device = "cpu";
+  EngineFlags engine;
   bool chat = false;
   bool json = false;
   bool ignore_eos = false;
   bool verbose = false;
   bool temp_given = false;
-  std::string kv_type = "f16";
-  KvPolicyOptions kv_policy;
-  std::string kv_quant;   // none, int8, int4, hyquant
-  std::string kv_memory;  // e.g. 256MiB
-  std::string kv_budget_of;  // trace or generated
   std::string task;           // generate the prompt from a task family and score the answer
   uint64_t task_seed = 1;
   int64_t task_length = 512;
@@ -68,6 +63,9 @@ Result<std::string> render_chat(const Tokenizer& tok, const RunArgs& a, const st
 
 int run(const RunArgs& a) {
   const std::string cmd = "run";
+  GenerateOptions go;
+  if (Status s = apply_engine_flags(a.engine, go); !s.ok()) return fail(cmd, s.message());
+  if (Status s = validate(go.kv_policy); !s.ok()) return fail(cmd, s.message());
   auto path = resolve_model_path(a.model);
   if (!path.ok()) return fail(cmd, path.status().message());
   std::optional<eval::TaskExample> task;
@@ -87,7 +85,7 @@ int run(const RunArgs& a) {
   }
   if (!prompt.ok()) return fail(cmd, prompt.status().message());
   if (prompt->empty()) return fail(cmd, "no prompt: pass -p TEXT, -f FILE, --task FAMILY or pipe text on stdin");
-  auto lm = load_model(*path, !a.json && a.device == "cpu");
+  auto lm = load_model(*path, !a.json && a.engine.device == "cpu");
   if (!lm.ok()) return fail(cmd, lm.status().message());
   const Tokenizer& tok = *lm->tokenizer;
 
@@ -103,7 +101,6 @@ int run(const RunArgs& a) {
   auto tokens = tok.encode(text, to);
   if (!tokens.ok()) return fail(cmd, "prompt: " + tokens.status().message());
 
-  GenerateOptions go;
   go.n_predict = a.n_predict;
 
   const int64_t train_ctx = lm->model->config().n_ctx_train;
@@ -113,26 +110,10 @@ int run(const RunArgs& a) {
   go.stop = a.stop;
   go.sampling = a.sampling;
   if (task) go.sampling.temperature = a.temp_given ? a.sampling.temperature : 0;  // tasks are scored greedily
-  if (a.kv_type == "f32") {
-    go.kv_dtype = DType::kF32;
-  } else if (a.kv_type != "f16") {
-    return fail(cmd, "--kv-type must be f16 or f32, not '" + a.kv_type + "'");
-  }
-  go.kv_policy = a.kv_policy;
-  if (!a.kv_quant.empty()) {
-    if (Status s = set_generate_option(go, "kv-quant", a.kv_quant); !s.ok()) return fail(cmd, s.message());
-  }
-  if (!a.kv_budget_of.empty()) {
-    if (Status s = set_generate_option(go, "kv-budget-of", a.kv_budget_of); !s.ok()) return fail(cmd, s.message());
-  }
-  if (!a.kv_memory.empty()) {
-    if (Status s = set_generate_option(go, "kv-memory", a.kv_memory); !s.ok()) return fail(cmd, s.message());
-  }
-  if (Status s = validate(go.kv_policy); !s.ok()) return fail(cmd, s.message());
 
   CpuBackendOptions bo;
-  bo.n_threads = resolve_threads(a.threads);
-  auto made = make_backend(a.device, bo.n_threads);
+  bo.n_threads = resolve_threads(a.engine.threads);
+  auto made = make_backend(a.engine.device, bo.n_threads);
   if (!made.ok()) return fail(cmd, made.status().message());
   auto backend = std::move(*made);
   if (a.verbose) {
@@ -157,7 +138,7 @@ int run(const RunArgs& a) {
                         {"tokens", res->tokens},
                         {"stop_reason", res->stop_reason},
                         {"timings", timings_json<nlohmann::json>(run_timings(res->timings))},
-                        {"kv", {{"policy", a.kv_policy.policy},
+                        {"kv", {{"policy", go.kv_policy.policy},
                                 {"quant", kv_quant_name(go.kv_policy.quant)},
                                 {"memory_tokens", res->kv_eviction.memory_tokens},
                                 {"budget_tokens", res->kv_eviction.budget},
@@ -180,11 +161,11 @@ int run(const RunArgs& a) {
                  static_cast<long long>(res->timings.prefill_tokens), res->timings.prefill_tok_s(),
                  static_cast<long long>(res->timings.decode_tokens), res->timings.decode_tok_s(),
                  res->stop_reason.c_str());
-    if (a.kv_policy.policy != "full" || go.kv_policy.quant != KvQuant::kNone || go.kv_policy.memory > 0) {
+    if (go.kv_policy.policy != "full" || go.kv_policy.quant != KvQuant::kNone || go.kv_policy.memory > 0) {
       const KvEvictionStats& k = res->kv_eviction;
       std::fprintf(stderr, "kv %s (quant %s): budget %d tokens/head, %lld rounds, %.3f ms/round (%.3f ms statistics); KV %llu "
                    "bytes reserved, %llu peak live\n",
-                   a.kv_policy.policy.c_str(), kv_quant_name(go.kv_policy.quant), k.budget, static_cast<long long>(k.rounds),
+                   go.kv_policy.policy.c_str(), kv_quant_name(go.kv_policy.quant), k.budget, static_cast<long long>(k.rounds),
                    k.rounds > 0 ? k.round_ms / static_cast<double>(k.rounds) : 0.0,
                    k.rounds > 0 ? k.stats_ms / static_cast<double>(k.rounds) : 0.0,
                    static_cast<unsigned long long>(res->kv_bytes), static_cast<unsigned long long>(k.peak_used_bytes));
@@ -201,8 +182,7 @@ RunFn setup(CLI::App& app) {
   app.add_option("-n,--n-predict", a->n_predict, "tokens to generate (-1: until end of text)")->capture_default_str();
   app.add_option("-c,--ctx-size", a->n_ctx, "context size in tokens (0: min(training context, 4096))")->capture_default_str();
   app.add_option("-b,--batch-size", a->n_batch, "prompt tokens per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("-t,--threads", a->threads, "CPU threads (0: all cores)")->capture_default_str();
-  app.add_option("--device", a->device, "cpu or cuda (cuda: keep-everything FP16 KV cache only)")->capture_default_str();
+  add_engine_flags(app, a->engine, {{"--device", "cpu or cuda (cuda: keep-everything FP16 KV cache only)"}});
   app.add_option("--temp", a->sampling.temperature, "temperature (0: greedy)")->capture_default_str()
       ->each([a](const std::string&) { a->temp_given = true; });
   app.add_option("--top-k", a->sampling.top_k, "top-k (0: off)")->capture_default_str();
@@ -220,22 +200,6 @@ RunFn setup(CLI::App& app) {
   app.add_option("--task-length", a->task_length, "target length in tokens of the --task example")->capture_default_str();
   app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   app.add_option("--system", a->system, "system message for --chat");
-  app.add_option("--kv-type", a->kv_type, "KV cache element type: f16 or f32")->capture_default_str();
-  app.add_option("--kv-policy", a->kv_policy.policy, "KV eviction: full, window, random, h2o, tova, snapkv, rkv")
-      ->capture_default_str();
-  app.add_option("--kv-budget", a->kv_policy.budget,
-                 "KV tokens kept per layer and head (N), or a fraction (0..1) of prompt + n-predict (see "
-                 "--kv-budget-of)");
-  app.add_option("--kv-budget-of", a->kv_budget_of,
-                 "what a fractional --kv-budget is a fraction of: trace (prompt + n-predict, the default) or "
-                 "generated (budget = prompt + fraction x n-predict)");
-  app.add_option("--kv-buffer", a->kv_policy.buffer, "newest tokens never evicted; rounds every this many steps")
-      ->capture_default_str();
-  app.add_flag("--kv-protect-prompt", a->kv_policy.protect_prompt, "never evict prompt tokens (inside the budget)");
-  app.add_option("--kv-seed", a->kv_policy.seed, "seed of random eviction")->capture_default_str();
-  app.add_option("--kv-quant", a->kv_quant, "KV quantization: none, int8, int4 or hyquant (with any policy)");
-  app.add_option("--kv-memory", a->kv_memory, "KV memory budget, e.g. 256MiB: sets the capacity and an evicting "
-                 "policy's budget for this model and kv-quant");
   app.add_flag("--json", a->json, "print one JSON object with text, tokens, timings and peak memory");
   app.add_flag("-v,--verbose", a->verbose, "describe the model and run on stderr");
   return [a]() { return run(*a); };

@@ -13,6 +13,8 @@
 #include "command.h"
 #include "common.h"
 #include "device.h"
+#include "engine_options.h"
+#include "frugal/core/parse_size.h"
 #include "frugal/engine/engine.h"
 #include "frugal/server/http_server.h"
 #include "frugal/server/request_log.h"
@@ -21,17 +23,14 @@ namespace frugal::cli {
 namespace {
 
 struct ServeArgs {
-  std::string device = "cpu";
+  EngineFlags engine;
   std::string model;
   std::string alias;
   std::string host = "127.0.0.1";
   int port = 8080;
   int parallel = 4;
   int n_ctx = 0;
-  int threads = 0;
   int batch = 512;
-  std::string kv_memory;
-  std::string kv_type = "f16";
   int max_queue = 64;
   double queue_timeout = 120;
   int timeout = 600;
@@ -41,23 +40,6 @@ struct ServeArgs {
   std::string log_requests;
   bool no_prefix_cache = false;
 };
-
-// "512M", "2G", "1.5GiB", "4096" (bytes) -> bytes.
-Result<uint64_t> parse_size(const std::string& text, const char* flag) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  std::string unit(end ? end : "");
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double mul = 0;
-  if (unit.empty() || unit == "b") mul = 1;
-  if (unit == "k" || unit == "kb" || unit == "kib") mul = 1024.0;
-  if (unit == "m" || unit == "mb" || unit == "mib") mul = 1024.0 * 1024;
-  if (unit == "g" || unit == "gb" || unit == "gib") mul = 1024.0 * 1024 * 1024;
-  if (end == text.c_str() || mul == 0 || !(v > 0) || !std::isfinite(v)) {
-    return error(ErrorCode::kInvalidArgument, "{} '{}' is not a size (e.g. 512M, 2G, 1048576)", flag, text);
-  }
-  return static_cast<uint64_t>(v * mul);
-}
 
 std::atomic<server::HttpServer*> g_server{nullptr};
 
@@ -81,6 +63,9 @@ int serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread(watch_signals, set).detach();
 
+  GenerateOptions engine_opts;
+  if (Status st = apply_engine_flags(a.engine, engine_opts); !st.ok()) return fail(cmd, st.message());
+  if (Status st = require_full_cache(engine_opts, "the batched engine"); !st.ok()) return fail(cmd, st.message());
   auto path = resolve_model_path(a.model);
   if (!path.ok()) return fail(cmd, path.status().message());
   EngineOptions eo;
@@ -90,18 +75,10 @@ int serve(const ServeArgs& a) {
   eo.max_waiting = a.max_queue;
   eo.queue_timeout_s = a.queue_timeout;
   eo.prefix_cache = !a.no_prefix_cache;
-  if (a.kv_type == "f32") {
-    eo.kv_dtype = DType::kF32;
-  } else if (a.kv_type != "f16") {
-    return fail(cmd, "--kv-type must be f16 or f32, not '" + a.kv_type + "'");
-  }
-  if (!a.kv_memory.empty()) {
-    auto kv = parse_size(a.kv_memory, "--kv-memory");
-    if (!kv.ok()) return fail(cmd, kv.status().message());
-    eo.kv_memory = *kv;
-  }
-  auto body = parse_size(a.max_body, "--max-body");
-  if (!body.ok()) return fail(cmd, body.status().message());
+  eo.kv_dtype = engine_opts.kv_dtype;
+  eo.kv_memory = engine_opts.kv_policy.memory;
+  auto body = parse_size(a.max_body);
+  if (!body.ok()) return fail(cmd, "--max-body: " + body.status().message());
   if (a.timeout <= 0) return fail(cmd, "--timeout must be positive");
 
   auto lm = load_model(*path, false);
@@ -121,8 +98,8 @@ int serve(const ServeArgs& a) {
   };
 
   CpuBackendOptions bo;
-  bo.n_threads = resolve_threads(a.threads);
-  auto made = make_backend(a.device, bo.n_threads);
+  bo.n_threads = resolve_threads(a.engine.threads);
+  auto made = make_backend(a.engine.device, bo.n_threads);
   if (!made.ok()) return fail(cmd, made.status().message());
   auto backend = std::move(*made);
   auto engine = Engine::create(*lm->model, *lm->tokenizer, *backend, eo);
@@ -165,11 +142,11 @@ RunFn setup(CLI::App& app) {
   app.add_option("--port", a->port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--parallel", a->parallel, "sequences decoded together")->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("-c,--ctx-size", a->n_ctx, "context per sequence (0: min(training context, 4096))")->capture_default_str();
-  app.add_option("-t,--threads", a->threads, "CPU threads for the model (0: all cores)")->capture_default_str();
-  app.add_option("--device", a->device, "cpu or cuda (cuda: FP16 keep-everything KV cache)")->capture_default_str();
+  add_engine_flags(app, a->engine,
+                   {{"--threads", "CPU threads for the model (0: all cores)"},
+                    {"--device", "cpu or cuda (cuda: FP16 keep-everything KV cache)"},
+                    {"--kv-memory", "KV cache budget, e.g. 512M (default: parallel x context)"}});
   app.add_option("-b,--batch-size", a->batch, "tokens per forward step (decodes + prefill chunks)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--kv-memory", a->kv_memory, "KV cache budget, e.g. 512M (default: parallel x context)");
-  app.add_option("--kv-type", a->kv_type, "KV cache element type: f16 or f32")->capture_default_str();
   app.add_option("--max-queue", a->max_queue, "requests that may wait for a sequence slot")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--queue-timeout", a->queue_timeout, "seconds a request may wait for a slot")->capture_default_str();
   app.add_option("--timeout", a->timeout, "seconds for socket reads/writes and for a whole request")->capture_default_str();

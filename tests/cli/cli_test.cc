@@ -1,7 +1,6 @@
 // Bad input through the real `frugal` binary: every case must exit non-zero with exactly one
 // line on stderr that names the problem, and must not die of a signal.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/run_frugal.h"
 #include "frugal/format/gguf.h"
 #include "frugal/synth/random_model.h"
 
@@ -18,47 +18,6 @@ namespace frugal {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CmdResult {
-  int exit_code = -1;
-  bool signaled = false;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-CmdResult run_frugal(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / ("frugal_cli_test_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  const std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
-  const std::string cmd = std::string(FRUGAL_BINARY_DIR) + "/bin/frugal " + args + " >" + out + " 2>" + err + " </dev/null";
-  const int st = std::system(cmd.c_str());
-  CmdResult r;
-  // /bin/sh reports a child killed by signal N as exit status 128 + N.
-  r.signaled = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) > 128);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-int count_lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  if (!s.empty() && s.back() != '\n') ++n;
-  return n;
-}
-
-void expect_clean_failure(const CmdResult& r, const std::string& needle) {
-  EXPECT_FALSE(r.signaled) << r.err;
-  EXPECT_NE(r.exit_code, 0) << r.err;
-  EXPECT_EQ(count_lines(r.err), 1) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr should mention '" << needle << "': " << r.err;
-}
 
 class CliBadInput : public ::testing::Test {
  protected:

@@ -288,7 +288,7 @@ Queries record_random_queries(KvEvictor& ev, int n_tokens, int n_q, uint32_t see
     for (auto& x : q) x = 2.f * d(rng);  // peaked attention, so the scores separate
     const int32_t p = n_tokens - n_q + j;
     const int32_t s = 0;
-    for (int l = 0; l < kLayers; ++l) ev.record_queries(l, &s, &p, 1, q.data(), ap);
+    for (int l = 0; l < kLayers; ++l) ev.before_attention(l, &s, &p, 1, q.data(), ap);
     qs.q.push_back(q);
     qs.pos.push_back(p);
   }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "frugal/core/attention_params.h"
 #include "frugal/core/dtype.h"
 #include "frugal/core/status.h"
 
@@ -32,14 +33,6 @@ struct RopeParams {
   float freq_scale = 1.f;   // linear scaling: angle *= freq_scale
   bool neox = false;        // NEOX pairs (i, i + n_rot/2) instead of NORM pairs (2i, 2i+1)
   const float* freq_factors = nullptr;  // [n_rot/2] or nullptr (llama-3 rope_freqs): angle /= f
-};
-
-struct AttentionParams {
-  int n_head = 0;
-  int n_head_kv = 0;
-  int head_dim = 0;
-  float scale = 1.f;        // usually 1/sqrt(head_dim)
-  int32_t window = 0;       // sliding window in positions (0: none): key pos > query pos - window
 };
 
 // A backend is driven by one thread at a time: its kernels share scratch buffers and a pool.

@@ -1,5 +1,7 @@
 #include "frugal/engine/generate.h"
 
+#include "frugal/core/parse_size.h"
+
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -54,7 +56,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   }
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(kvo));
   evictor->begin(kv, 0, prompt_len);
-  Backend& be = evictor->backend(backend);
+  AttentionObserver* observer = evictor->attention_observer();
 
   GenerateResult res;
   res.prompt_tokens = prompt;
@@ -70,7 +72,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
     const size_t end = std::min(prompt.size(), i + static_cast<size_t>(opts.n_batch));
     batch.clear();
     for (size_t j = i; j < end; ++j) batch.add(prompt[j], static_cast<int32_t>(j), 0, j + 1 == prompt.size());
-    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, be, logits.data()));
+    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, backend, logits.data(), observer));
   }
   res.timings.prefill_ms = ms_since(t_prefill);
   res.timings.prefill_tokens = static_cast<int64_t>(prompt.size());
@@ -126,7 +128,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
     FRUGAL_RETURN_IF_ERROR(evictor->step(kv, 0));
     batch.clear();
     batch.add(id, pos++, 0, true);
-    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, be, logits.data()));
+    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, backend, logits.data(), observer));
     ++res.timings.decode_tokens;
   }
   res.timings.decode_ms = ms_since(t_decode);
@@ -142,40 +144,36 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
 namespace frugal {
 namespace {
 
-Result<double> parse_number(const std::string& name, const std::string& value) {
+Result<double> parse_number(const std::string& label, const std::string& value) {
   try {
     size_t used = 0;
     const double v = std::stod(value, &used);
     if (used != value.size()) throw std::invalid_argument(value);
     return v;
   } catch (const std::exception&) {
-    return error(ErrorCode::kInvalidArgument, "option {}: '{}' is not a number", name, value);
+    return error(ErrorCode::kInvalidArgument, "{}: '{}' is not a number", label, value);
   }
 }
 
-Result<int32_t> parse_int(const std::string& name, const std::string& value) {
-  FRUGAL_ASSIGN_OR_RETURN(double v, parse_number(name, value));
+Result<int32_t> parse_int(const std::string& label, const std::string& value) {
+  FRUGAL_ASSIGN_OR_RETURN(double v, parse_number(label, value));
   if (v != static_cast<double>(static_cast<int64_t>(v)) || v < INT32_MIN || v > INT32_MAX) {
-    return error(ErrorCode::kInvalidArgument, "option {}: '{}' is not a 32-bit integer", name, value);
+    return error(ErrorCode::kInvalidArgument, "{}: '{}' is not a 32-bit integer", label, value);
   }
   return static_cast<int32_t>(v);
 }
 
-// "256MiB", "1.5G", "64k", "1048576" (binary units).
-Result<uint64_t> parse_size(const std::string& name, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  std::string unit(end != nullptr ? end : "");
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double mul = 0;
-  if (unit.empty() || unit == "b") mul = 1;
-  if (unit == "k" || unit == "kb" || unit == "kib") mul = 1024.0;
-  if (unit == "m" || unit == "mb" || unit == "mib") mul = 1024.0 * 1024;
-  if (unit == "g" || unit == "gb" || unit == "gib") mul = 1024.0 * 1024 * 1024;
-  if (end == text.c_str() || mul == 0 || !(v > 0) || !std::isfinite(v * mul) || v * mul > 1e18) {
-    return error(ErrorCode::kInvalidArgument, "option {}: '{}' is not a size (e.g. 256MiB, 2G, 1048576)", name, text);
+// Seeds take all 64 bits.
+Result<uint64_t> parse_u64(const std::string& label, const std::string& value) {
+  try {
+    size_t used = 0;
+    if (value.empty() || value[0] == '-' || value[0] == '+') throw std::invalid_argument(value);
+    const uint64_t v = std::stoull(value, &used, 10);
+    if (used != value.size()) throw std::invalid_argument(value);
+    return v;
+  } catch (const std::exception&) {
+    return error(ErrorCode::kInvalidArgument, "{}: '{}' is not an unsigned 64-bit integer", label, value);
   }
-  return static_cast<uint64_t>(v * mul);
 }
 
 }  // namespace
@@ -186,68 +184,75 @@ std::vector<std::string> generate_option_names() {
           "kv-memory"};
 }
 
-Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value) {
+Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value,
+                           const std::string& label_or_empty) {
+  const std::string label = label_or_empty.empty() ? "option " + name : label_or_empty;
   if (name == "kv-type") {
     if (value == "f16") o.kv_dtype = DType::kF16;
     else if (value == "f32") o.kv_dtype = DType::kF32;
-    else return error(ErrorCode::kInvalidArgument, "option kv-type: '{}' is not f16 or f32", value);
+    else return error(ErrorCode::kInvalidArgument, "{}: '{}' is not f16 or f32", label, value);
     return ok_status();
   }
   if (name == "temp" || name == "top-p" || name == "min-p") {
-    FRUGAL_ASSIGN_OR_RETURN(double v, parse_number(name, value));
+    FRUGAL_ASSIGN_OR_RETURN(double v, parse_number(label, value));
     (name == "temp" ? o.sampling.temperature : name == "top-p" ? o.sampling.top_p : o.sampling.min_p) =
         static_cast<float>(v);
     return validate(o.sampling);
   }
   if (name == "top-k") {
-    FRUGAL_ASSIGN_OR_RETURN(o.sampling.top_k, parse_int(name, value));
+    FRUGAL_ASSIGN_OR_RETURN(o.sampling.top_k, parse_int(label, value));
     return validate(o.sampling);
   }
   if (name == "seed") {
-    FRUGAL_ASSIGN_OR_RETURN(int32_t v, parse_int(name, value));
+    FRUGAL_ASSIGN_OR_RETURN(int32_t v, parse_int(label, value));
     o.sampling.seed = static_cast<uint64_t>(v);
     return ok_status();
   }
   if (name == "n-batch" || name == "ctx-size" || name == "n-predict") {
-    FRUGAL_ASSIGN_OR_RETURN(int32_t v, parse_int(name, value));
-    if (name != "n-predict" && v <= 0) return error(ErrorCode::kInvalidArgument, "option {}: must be positive", name);
+    FRUGAL_ASSIGN_OR_RETURN(int32_t v, parse_int(label, value));
+    if (name != "n-predict" && v <= 0) return error(ErrorCode::kInvalidArgument, "{}: must be positive", label);
     (name == "n-batch" ? o.n_batch : name == "ctx-size" ? o.n_ctx : o.n_predict) = v;
     return ok_status();
   }
   if (name == "kv-policy") {
     o.kv_policy.policy = value;
-    return make_kv_policy(value).status();
+    return make_kv_policy(value).status().with_context(label);
   }
   if (name == "kv-budget") {
-    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.budget, parse_number(name, value));
+    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.budget, parse_number(label, value));
     return ok_status();
   }
   if (name == "kv-budget-of") {
-    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.budget_base, parse_kv_budget_base(value));
+    auto base = parse_kv_budget_base(value);
+    if (!base.ok()) return base.status().with_context(label);
+    o.kv_policy.budget_base = *base;
     return ok_status();
   }
   if (name == "kv-buffer") {
-    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.buffer, parse_int(name, value));
+    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.buffer, parse_int(label, value));
     return ok_status();
   }
   if (name == "kv-protect-prompt") {
     if (value != "0" && value != "1" && value != "true" && value != "false") {
-      return error(ErrorCode::kInvalidArgument, "option kv-protect-prompt: '{}' is not 0, 1, true or false", value);
+      return error(ErrorCode::kInvalidArgument, "{}: '{}' is not 0, 1, true or false", label, value);
     }
     o.kv_policy.protect_prompt = value == "1" || value == "true";
     return ok_status();
   }
   if (name == "kv-quant") {
-    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.quant, parse_kv_quant(value));
+    auto quant = parse_kv_quant(value);
+    if (!quant.ok()) return quant.status().with_context(label);
+    o.kv_policy.quant = *quant;
     return ok_status();
   }
   if (name == "kv-memory") {
-    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.memory, parse_size(name, value));
+    auto bytes = parse_size(value);
+    if (!bytes.ok()) return bytes.status().with_context(label);
+    o.kv_policy.memory = *bytes;
     return ok_status();
   }
   if (name == "kv-seed") {
-    FRUGAL_ASSIGN_OR_RETURN(int32_t v, parse_int(name, value));
-    o.kv_policy.seed = static_cast<uint64_t>(v);
+    FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.seed, parse_u64(label, value));
     return ok_status();
   }
   std::string known;

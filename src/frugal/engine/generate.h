@@ -60,8 +60,11 @@ namespace frugal {
 // Sets one generation option by its CLI name ("kv-type", "temp", "top-k", "top-p", "min-p",
 // "seed", "n-batch", "ctx-size", "n-predict", "kv-policy", "kv-budget", "kv-buffer",
 // "kv-budget-of", "kv-protect-prompt", "kv-seed", "kv-quant", "kv-memory"), so `eval --sweep NAME=v1,v2` and reference
-// configurations can name any of them. kInvalidArgument names the option and the bad value.
-Status set_generate_option(GenerateOptions& opts, const std::string& name, const std::string& value);
+// configurations can name any of them, and the CLI's engine flags parse their values here too.
+// kInvalidArgument names the option and the bad value; `label` is how messages name the option
+// (empty: "option NAME"; the CLI passes "--NAME").
+Status set_generate_option(GenerateOptions& opts, const std::string& name, const std::string& value,
+                           const std::string& label = "");
 // The names set_generate_option accepts.
 std::vector<std::string> generate_option_names();
 // "kv-type=f16 temp=0 ..." for reports.

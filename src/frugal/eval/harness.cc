@@ -58,7 +58,7 @@ Result<std::vector<float>> teacher_forced_logits(Model& model, Backend& backend,
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv,
                           KvCache::create(model.kv_options(1, evictor->capacity(n_ctx, cap), gen.kv_dtype)));
   evictor->begin(kv, 0, n_ctx);
-  Backend& be = evictor->backend(backend);
+  AttentionObserver* observer = evictor->attention_observer();
   std::vector<float> out((tokens.size() - n_context) * nv);
   Batch b;
   // Prefill the context in chunks; its last position predicts tokens[n_context].
@@ -66,13 +66,13 @@ Result<std::vector<float>> teacher_forced_logits(Model& model, Backend& backend,
     const size_t end = std::min(n_context, i + static_cast<size_t>(gen.n_batch));
     b.clear();
     for (size_t j = i; j < end; ++j) b.add(tokens[j], static_cast<int32_t>(j), 0, j + 1 == n_context);
-    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, out.data()));
+    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, backend, out.data(), observer));
   }
   for (size_t j = n_context; j + 1 < tokens.size(); ++j) {
     FRUGAL_RETURN_IF_ERROR(evictor->step(kv, 0));  // same rounds as generate()
     b.clear();
     b.add(tokens[j], static_cast<int32_t>(j), 0, true);
-    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, out.data() + (j - n_context + 1) * nv));
+    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, backend, out.data() + (j - n_context + 1) * nv, observer));
   }
   return out;
 }

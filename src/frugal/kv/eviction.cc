@@ -20,37 +20,6 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return z ^ (z >> 31);
 }
 
-// Forwards every op to the real backend and hands attention's queries to the evictor first:
-// the model stays unaware of eviction.
-class RecordingBackend final : public Backend {
- public:
-  RecordingBackend(Backend& inner, KvEvictor& ev) : inner_(inner), ev_(ev) {}
-  std::string name() const override { return inner_.name(); }
-  int n_threads() const override { return inner_.n_threads(); }
-  void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override {
-    inner_.matmul(w, x, n, y, bias);
-  }
-  void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override { inner_.get_rows(w, ids, n, y); }
-  void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) override {
-    inner_.rms_norm(x, weight, n_rows, dim, eps, y);
-  }
-  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
-            const RopeParams& p) override {
-    inner_.rope(x, n_tokens, n_heads, head_dim, pos, p);
-  }
-  void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_.swiglu(gate, up, n, out); }
-  void add(float* x, const float* y, int64_t n) override { inner_.add(x, y, n); }
-  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
-                 const AttentionParams& p, float* out) override {
-    ev_.record_queries(layer, seq, pos, n, q, p);
-    inner_.attention(q, kv, layer, seq, pos, n, p, out);
-    ev_.after_attention(kv, layer, seq, n);
-  }
-
- private:
-  Backend& inner_;
-  KvEvictor& ev_;
-};
 }  // namespace
 
 Status validate(const KvPolicyOptions& o) {
@@ -72,7 +41,7 @@ Status validate(const KvPolicyOptions& o) {
 Result<KvBudgetBase> parse_kv_budget_base(const std::string& name) {
   if (name == "trace") return KvBudgetBase::kTrace;
   if (name == "generated") return KvBudgetBase::kGenerated;
-  return error(ErrorCode::kInvalidArgument, "kv-budget-of: '{}' is not trace or generated", name);
+  return error(ErrorCode::kInvalidArgument, "'{}' is not trace or generated", name);
 }
 
 const char* kv_budget_base_name(KvBudgetBase b) { return b == KvBudgetBase::kGenerated ? "generated" : "trace"; }
@@ -177,14 +146,13 @@ void KvEvictor::begin(KvCache& kv, int seq, int32_t prompt_len) {
   if (needs_.accumulated) kv.enable_token_stats();
 }
 
-Backend& KvEvictor::backend(Backend& inner) {
-  if ((!evicts() || !needs_.attention) && opts_.quant != KvQuant::kHyQuant) return inner;
-  recorder_ = std::make_unique<RecordingBackend>(inner, *this);
-  return *recorder_;
+AttentionObserver* KvEvictor::attention_observer() {
+  if ((!evicts() || !needs_.attention) && opts_.quant != KvQuant::kHyQuant) return nullptr;
+  return this;
 }
 
-void KvEvictor::record_queries(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
-                               const AttentionParams& p) {
+void KvEvictor::before_attention(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
+                                 const AttentionParams& p) {
   attn_ = p;
   const size_t row = static_cast<size_t>(p.n_head) * p.head_dim;
   const int cap = opts_.buffer;
@@ -203,7 +171,7 @@ void KvEvictor::record_queries(int layer, const int32_t* seq, const int32_t* pos
   }
 }
 
-void KvEvictor::after_attention(const KvCache& kv, int layer, const int32_t* seq, int64_t n) {
+void KvEvictor::after_attention(KvCache& kv, int layer, const int32_t* seq, int64_t n) {
   if (opts_.quant != KvQuant::kHyQuant || cache_ != &kv || n <= 0 || attn_.n_head_kv != kv.options().n_head_kv) return;
   const int hd = attn_.head_dim, n_rep = attn_.n_head / attn_.n_head_kv;
   const size_t row = static_cast<size_t>(attn_.n_head) * hd;
@@ -225,7 +193,7 @@ void KvEvictor::after_attention(const KvCache& kv, int layer, const int32_t* seq
     }
     const float inv = 1.f / static_cast<float>(nq * n_rep);
     for (float& x : qmean_) x *= inv;
-    cache_->flush(layer, s, qmean_.data());
+    kv.flush(layer, s, qmean_.data());
   }
 }
 
@@ -297,8 +265,8 @@ Status KvEvictor::round_layer(KvCache& kv, int layer, int seq) {
   if (needs_.attention) {
     if (nq == 0) {
       return error(ErrorCode::kInvalidArgument,
-                   "kv policy '{}' reads attention but no queries were recorded for layer {} (run the model "
-                   "through KvEvictor::backend())",
+                   "kv policy '{}' reads attention but no queries were recorded for layer {} (pass "
+                   "KvEvictor::attention_observer() to Model::forward)",
                    policy_->name(), layer);
     }
     if (attn_.head_dim != ko.head_dim || attn_.n_head_kv != ko.n_head_kv || attn_.n_head % ko.n_head_kv != 0) {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "frugal/backend/backend.h"
 #include "frugal/core/status.h"
+#include "frugal/kv/attention_observer.h"
 #include "frugal/kv/kv_cache.h"
 #include "frugal/kv/policies/policy.h"
 
@@ -54,12 +54,12 @@ struct KvEvictionStats {
   int32_t memory_tokens = 0;     // capacity kv-memory resolved to (0: not given)
 };
 
-class KvEvictor {
+class KvEvictor final : public AttentionObserver {
  public:
   // trace_len: prompt plus tokens to generate; with prompt_len, the base of a fractional budget.
   static Result<std::unique_ptr<KvEvictor>> create(const KvPolicyOptions& o, int32_t trace_len,
                                                    int32_t prompt_len);
-  ~KvEvictor();
+  ~KvEvictor() override;
 
   bool evicts() const { return needs_.evicts; }
   const KvPolicy& policy() const { return *policy_; }
@@ -75,22 +75,22 @@ class KvEvictor {
   // head), updating the budget of an evicting policy; kOverBudget says why it cannot fit.
   // `trace_len` is what a non-evicting policy must hold.
   Result<int32_t> fit_memory(const KvCacheOptions& shape, int32_t prompt_len, int32_t trace_len);
-  // The backend to run the model with: `inner`, or a wrapper that also records each layer's
-  // queries when the policy reads attention. Valid while this evictor and `inner` live.
-  Backend& backend(Backend& inner);
+  // What to pass to Model::forward as its attention observer: this evictor when the policy reads
+  // attention (or hyquant chooses FP16 tokens with it), else nullptr (nothing to record).
+  AttentionObserver* attention_observer();
   // Between decode steps: one round on `seq` if its heads hold budget + buffer tokens or more.
   Status step(KvCache& kv, int seq);
   // One round on `seq` now (every layer and head holding more than `budget` tokens).
   Status round(KvCache& kv, int seq);
   const KvEvictionStats& stats() const { return stats_; }
 
+  // AttentionObserver: keeps the latest `buffer` queries ([n][n_head][head_dim], post-RoPE) of
+  // each (layer, seq); tests may call it directly.
+  void before_attention(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
+                        const AttentionParams& p) override;
   // hyquant: after attention ran on `layer`, quantizes its residual, scoring tokens with the mean
   // recent query of each KV head's group.
-  void after_attention(const KvCache& kv, int layer, const int32_t* seq, int64_t n);
-  // Keeps the latest `buffer` queries ([n][n_head][head_dim], post-RoPE) of each (layer, seq);
-  // the recording backend calls it, tests may call it directly.
-  void record_queries(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
-                      const AttentionParams& p);
+  void after_attention(KvCache& kv, int layer, const int32_t* seq, int64_t n) override;
 
  private:
   struct Ring {
@@ -108,14 +108,13 @@ class KvEvictor {
   std::unique_ptr<KvPolicy> policy_;
   KvPolicyNeeds needs_;
   KvEvictionStats stats_;
-  std::unique_ptr<Backend> recorder_;
   int n_seq_ = 0;
   std::vector<int32_t> prompt_len_;   // [seq]
   std::vector<int64_t> round_no_;     // [seq]
   std::vector<int32_t> acc_pos_;      // [layer][seq]: newest query already accumulated (H2O)
   std::vector<Ring> rings_;           // [layer][seq]
   AttentionParams attn_;              // as the model last ran attention
-  KvCache* cache_ = nullptr;          // the cache begun (hyquant flushes it)
+  const KvCache* cache_ = nullptr;    // the cache begun: hyquant flushes only that one
   Status deferred_ = ok_status();     // a begin() failure, reported by step()/round()
   int32_t trace_len_ = 0;
   std::vector<float> qmean_;

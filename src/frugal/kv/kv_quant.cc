@@ -64,7 +64,7 @@ Result<KvQuant> parse_kv_quant(const std::string& name) {
   if (name == "int8") return KvQuant::kInt8;
   if (name == "int4") return KvQuant::kInt4;
   if (name == "hyquant") return KvQuant::kHyQuant;
-  return error(ErrorCode::kInvalidArgument, "kv-quant: '{}' is not none, int8, int4 or hyquant", name);
+  return error(ErrorCode::kInvalidArgument, "'{}' is not none, int8, int4 or hyquant", name);
 }
 
 const char* kv_quant_name(KvQuant q) {

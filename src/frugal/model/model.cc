@@ -153,7 +153,11 @@ void Model::ensure_workspace(int64_t n) {
 }
 
 // One transformer block over n tokens, updating the residual stream ws_->x in place.
-void Model::layer_forward(int il, int64_t n, KvCache& kv, Backend& be, const Batch& batch) {
+void Model::layer_forward(int il, const LayerStep& step) {
+  const Batch& batch = step.batch;
+  KvCache& kv = step.kv;
+  Backend& be = step.be;
+  const int64_t n = batch.size();
   const ModelConfig& c = config_;
   const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
   Workspace& w = *ws_;
@@ -181,7 +185,9 @@ void Model::layer_forward(int il, int64_t n, KvCache& kv, Backend& be, const Bat
   ap.head_dim = static_cast<int>(c.head_dim);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ap.window = c.sliding_window;
+  if (step.observer) step.observer->before_attention(il, batch.seq.data(), batch.pos.data(), n, w.q.data(), ap);
   be.attention(w.q.data(), kv, il, batch.seq.data(), batch.pos.data(), n, ap, w.attn.data());
+  if (step.observer) step.observer->after_attention(kv, il, batch.seq.data(), n);
   be.matmul(L.wo, w.attn.data(), n, w.o.data());
   be.add(w.x.data(), w.o.data(), n * c.n_embd);
 
@@ -194,7 +200,7 @@ void Model::layer_forward(int il, int64_t n, KvCache& kv, Backend& be, const Bat
   be.add(w.x.data(), w.o.data(), n * c.n_embd);
 }
 
-Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logits) {
+Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logits, AttentionObserver* observer) {
   if (in_forward_.exchange(true, std::memory_order_acquire)) {
     return error(ErrorCode::kInvalidArgument,
                  "model: forward called from a second thread while one is running (a Model runs one batch at a "
@@ -205,14 +211,17 @@ Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logit
     ~Release() { flag.store(false, std::memory_order_release); }
   } release{in_forward_};
   FRUGAL_RETURN_IF_ERROR(check_batch(batch, kv));
-  FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits));
-  if (done) return ok_status();
+  if (observer == nullptr) {
+    FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits));
+    if (done) return ok_status();
+  }
   const int64_t n = batch.size();
   ensure_workspace(n);
   Workspace& w = *ws_;
   const ModelConfig& c = config_;
   be.get_rows(weights_.token_embd, batch.tokens.data(), n, w.x.data());
-  for (int il = 0; il < c.n_layer; ++il) layer_forward(il, n, kv, be, batch);
+  const LayerStep step{batch, kv, be, observer};
+  for (int il = 0; il < c.n_layer; ++il) layer_forward(il, step);
 
   // Only the rows that asked for logits go through the final norm and the (large) output matrix.
   int64_t n_out = 0;

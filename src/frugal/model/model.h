@@ -12,6 +12,7 @@
 #include "frugal/backend/backend.h"
 #include "frugal/core/status.h"
 #include "frugal/format/gguf.h"
+#include "frugal/kv/attention_observer.h"
 #include "frugal/kv/kv_cache.h"
 
 namespace frugal {
@@ -91,14 +92,23 @@ class Model {
   // to `logits`, in batch order of the tokens that asked for them. One thread at a time: the
   // activations live in this object, so a second concurrent call is refused (kInvalidArgument)
   // rather than allowed to corrupt the first; load the model twice to run two loops at once.
-  Status forward(const Batch& batch, KvCache& kv, Backend& backend, float* logits);
+  // `observer`, when given, sees every layer's queries around attention (scored KV policies); the
+  // pass then runs op by op, since a backend that runs it whole (forward_model) shows no queries.
+  Status forward(const Batch& batch, KvCache& kv, Backend& backend, float* logits,
+                 AttentionObserver* observer = nullptr);
 
  private:
   Model() = default;
   struct Workspace;
   Status check_batch(const Batch& batch, const KvCache& kv) const;
   void ensure_workspace(int64_t n_tokens);
-  void layer_forward(int il, int64_t n, KvCache& kv, Backend& be, const Batch& batch);
+  struct LayerStep {  // what every layer of one forward step works on
+    const Batch& batch;
+    KvCache& kv;
+    Backend& be;
+    AttentionObserver* observer;
+  };
+  void layer_forward(int il, const LayerStep& step);
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;

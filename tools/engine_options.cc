@@ -1,0 +1,112 @@
+#include "engine_options.h"
+
+#include <algorithm>
+
+namespace frugal::cli {
+namespace {
+
+// One row per shared flag. `option` is the name set_generate_option knows (empty for threads and
+// device, which choose the backend rather than the generation); `type` is what the help calls
+// the value; `shown` is the default the help prints (nullptr: none shown, the library default
+// applies).
+struct FlagRow {
+  const char* option;
+  const char* names;
+  const char* type;
+  const char* help;
+  const char* shown;
+};
+
+constexpr FlagRow kFlags[] = {
+    {"", "-t,--threads", "INT", "CPU threads (0: all cores)", "0"},
+    {"", "--device", "TEXT", "cpu or cuda", "cpu"},
+    {"kv-type", "--kv-type", "TEXT", "KV cache element type: f16 or f32", "f16"},
+    {"kv-policy", "--kv-policy", "TEXT", "KV eviction: full, window, random, h2o, tova, snapkv, rkv", "full"},
+    {"kv-budget", "--kv-budget", "FLOAT",
+     "KV tokens kept per layer and head (N), or a fraction (0..1) of prompt + n-predict (see --kv-budget-of)",
+     nullptr},
+    {"kv-budget-of", "--kv-budget-of", "TEXT",
+     "what a fractional --kv-budget is a fraction of: trace (prompt + n-predict, the default) or generated "
+     "(budget = prompt + fraction x n-predict)",
+     nullptr},
+    {"kv-buffer", "--kv-buffer", "INT", "newest tokens never evicted; rounds every this many steps", "64"},
+    {"kv-protect-prompt", "--kv-protect-prompt", "", "never evict prompt tokens (inside the budget)", nullptr},
+    {"kv-seed", "--kv-seed", "UINT", "seed of random eviction", "0"},
+    {"kv-quant", "--kv-quant", "TEXT", "KV quantization: none, int8, int4 or hyquant (with any policy)", nullptr},
+    {"kv-memory", "--kv-memory", "TEXT",
+     "KV memory budget, e.g. 256MiB: sets the capacity and an evicting policy's budget for this model and kv-quant",
+     nullptr},
+};
+
+// "-t,--threads" -> "--threads".
+std::string long_name(const char* names) {
+  const std::string s(names);
+  const size_t at = s.rfind(',');
+  return at == std::string::npos ? s : s.substr(at + 1);
+}
+
+}  // namespace
+
+void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::vector<FlagHelp>& help,
+                      const std::vector<std::string>& only) {
+  for (const FlagRow& row : kFlags) {
+    const std::string name = long_name(row.names);
+    if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
+    std::string text = row.help;
+    for (const FlagHelp& h : help) {
+      if (h.flag == name) text = h.help;
+    }
+    CLI::Option* opt = nullptr;
+    if (name == "--threads") {
+      opt = app.add_option(row.names, flags.threads, text);
+    } else if (name == "--device") {
+      opt = app.add_option(row.names, flags.device, text);
+    } else if (name == "--kv-protect-prompt") {
+      opt = app.add_flag(row.names, flags.kv_protect_prompt, text);
+    } else {
+      std::string& value = flags.values[row.option];
+      if (row.shown) value = row.shown;
+      opt = app.add_option(row.names, value, text);
+    }
+    if (*row.type) opt->type_name(row.type);
+    if (row.shown) opt->capture_default_str();
+    if (*row.option) flags.options.emplace_back(row.option, opt);
+  }
+}
+
+Status apply_engine_flags(const EngineFlags& flags, GenerateOptions& opts) {
+  if (flags.threads < 0) {
+    return error(ErrorCode::kInvalidArgument, "--threads: {} is negative (0: all cores)", flags.threads);
+  }
+  for (const auto& [option, opt] : flags.options) {
+    if (opt->count() == 0) continue;
+    const std::string value = option == "kv-protect-prompt" ? (flags.kv_protect_prompt ? "1" : "0")
+                                                            : flags.values.at(option);
+    FRUGAL_RETURN_IF_ERROR(set_generate_option(opts, option, value, "--" + option));
+  }
+  return ok_status();
+}
+
+std::vector<std::string> given_engine_settings(const EngineFlags& flags) {
+  std::vector<std::string> out;
+  for (const auto& [option, opt] : flags.options) {
+    if (opt->count() == 0) continue;
+    out.push_back(option + "=" +
+                  (option == "kv-protect-prompt" ? (flags.kv_protect_prompt ? "1" : "0") : flags.values.at(option)));
+  }
+  return out;
+}
+
+Status require_full_cache(const GenerateOptions& opts, const std::string& where) {
+  if (opts.kv_policy.policy != "full") {
+    return error(ErrorCode::kNotSupported, "--kv-policy {}: {} keeps every token (full); eviction runs in `frugal run` "
+                 "and `frugal eval`", opts.kv_policy.policy, where);
+  }
+  if (opts.kv_policy.quant != KvQuant::kNone) {
+    return error(ErrorCode::kNotSupported, "--kv-quant {}: {} keeps an unquantized cache; KV quantization runs in "
+                 "`frugal run` and `frugal eval`", kv_quant_name(opts.kv_policy.quant), where);
+  }
+  return ok_status();
+}
+
+}  // namespace frugal::cli
