@@ -12,8 +12,9 @@
 #                host memory of a GPU run, `serve --device cuda` through the npm clients when node
 #                was carried (.node/node.xz and .node/node_modules.tar.xz: xz'd copies of this
 #                machine's node binary and of `npm ci`'s node_modules)
-#   PHASE bench: roofline; per type (F16, Q8_0, Q4_K_M): pp512 and tg128 for frugal (GEMV rows per
-#                warp 1, 2, 4; without programmatic dependent launch; quantized types also with the
+#   PHASE bench: roofline; per type (F16, Q8_0, Q4_K_M): pp512 and tg128 for frugal (also with two
+#                rows per warp, without split rows, without programmatic dependent launch, and for
+#                quantized types with the
 #                float-activation GEMV) and llama.cpp (-ngl 99 -fa 1); 64 parallel sequences (F16);
 #                decode at 4,096 tokens of depth; prefill of 32,768 tokens and decode at that depth
 #                (F16); peak host RSS of each frugal run.
@@ -147,9 +148,9 @@ lb() {  # lb NAME ARGS: llama-bench
 for ty in $TYPES; do
   M=$TMP/llama8b-$ty.gguf
   [ -s "$M" ] || { say "no $M"; continue; }
-  for rows in 1 2 4; do
-    fb "$ty-tg128-rows$rows" FRUGAL_GEMV_ROWS=$rows FRUGAL_GEMV_Q8_ROWS=$rows -- -m "$M" -p 0 -n 128 -r 3
-  done
+  fb "$ty-tg128" FRUGAL_CUDA_PDL=1 -- -m "$M" -p 0 -n 128 -r 3
+  fb "$ty-tg128-rows2" FRUGAL_GEMV_ROWS=2 FRUGAL_GEMV_Q8_ROWS=2 -- -m "$M" -p 0 -n 128 -r 3
+  fb "$ty-tg128-split1" FRUGAL_GEMV_SPLIT=1 -- -m "$M" -p 0 -n 128 -r 3
   # What each decode change is worth, in the same run: without programmatic dependent launch, and
   # (quantized types) with the float-activation GEMV instead of the 8-bit one.
   fb "$ty-tg128-pdl-off" FRUGAL_CUDA_PDL=0 -- -m "$M" -p 0 -n 128 -r 3

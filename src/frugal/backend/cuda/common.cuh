@@ -223,6 +223,12 @@ struct GemvSet {
 // Bytes of each weight row a GEMV prefetches into L2 before its input is ready (FRUGAL_GEMV_PREFETCH,
 // a multiple of 128 up to 4096; default 512).
 int gemv_prefetch_bytes();
+// Warps per weight row of a decode GEMV with one row per warp: FRUGAL_GEMV_SPLIT=1|2|4 forces it;
+// unset or 0: with `pick`, the smallest of 1, 2, 4 that gives `rows` rows at least 8192 warps
+// (about a full H200) while each warp keeps two or more 64-unit strides of its row, else 1. The
+// float-activation GEMV picks (8B F16 tg128 217.1 vs 207.6 tok/s unsplit, same run); the 8-bit one
+// does not (Q8_0 318.0 split vs 329.9 unsplit: its rows are short already).
+int gemv_split(int64_t rows, int64_t units, bool pick);
 void launch_gemv_set(const GemvSet& set, const float* x, int n, cudaStream_t s);
 
 // y[t][r] (+)= dot(W[r], x[t]) (+ bias[r]) for t < n <= 8, dequantizing W in registers.

@@ -203,7 +203,7 @@ struct Dec<DType::kQ6_K> {
 // in flight per warp and by the activation loads (a Q4_K unit of 16 code bytes needs 128 bytes of
 // activations), so sharing them across rows and issuing R weight loads back to back both pay.
 // Rows past the end are clamped for loading (always valid memory) and not stored.
-template <DType T, int NT, int R>
+template <DType T, int NT, int R, int KS>
 __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, const float* __restrict__ x, int nt,
                                                                    int accumulate) {
   using D = Dec<T>;
@@ -218,8 +218,11 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, c
   const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
   const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
   const int lane = threadIdx.x % kWarp;
-  const int64_t row0 = (static_cast<int64_t>(b - first) * kGemvWarps + threadIdx.x / kWarp) * R;
-  if (row0 >= w.rows) return;
+  // KS warps share a row (each takes every KS-th unit of it; their sums meet in shared memory), so
+  // a matrix with few rows still has enough warps to keep DRAM busy.
+  const int part = (threadIdx.x / kWarp) % KS;
+  const int64_t row0 = (static_cast<int64_t>(b - first) * (kGemvWarps / KS) + threadIdx.x / kWarp / KS) * R;
+  if (KS == 1 && row0 >= w.rows) return;  // with KS > 1 every warp reaches the __syncthreads
   int64_t rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
@@ -228,7 +231,8 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, c
   const int64_t ahead = w.row_stride < set.prefetch ? w.row_stride : set.prefetch;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if (lane * 128 < ahead) prefetch_l2(w.data + rows[r] * w.row_stride + lane * 128);
+    const int64_t at = (static_cast<int64_t>(part) * kWarp + lane) * 128;
+    if (at < ahead) prefetch_l2(w.data + rows[r] * w.row_stride + at);
   }
   pdl_wait();
   pdl_trigger();
@@ -240,7 +244,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, c
   }
   const int64_t units = D::units(w.cols);
 #pragma unroll 2
-  for (int64_t u = lane; u < units; u += kWarp) {
+  for (int64_t u = lane + static_cast<int64_t>(kWarp) * part; u < units; u += static_cast<int64_t>(kWarp) * KS) {
     float v[R][kVals];
     int off[D::kRuns];
 #pragma unroll
@@ -274,6 +278,30 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, c
     }
   }
   // Lane r stores row r: the R stores go out in parallel.
+  if (KS > 1) {
+    // Partial sums of the KS warps of a row, added in a fixed order (deterministic results).
+    __shared__ float part_sum[kGemvWarps][NT][R];
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) part_sum[threadIdx.x / kWarp][t][r] = acc[t][r];
+      }
+    }
+    __syncthreads();
+    if (part != 0) return;
+    const int first_warp = threadIdx.x / kWarp;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float v = 0.f;
+#pragma unroll
+        for (int k = 0; k < KS; ++k) v += part_sum[first_warp + k][t][r];
+        acc[t][r] = v;
+      }
+    }
+  }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int64_t row = row0 + r;
@@ -362,11 +390,24 @@ int gemv_prefetch_bytes() {
   return b;
 }
 
+int gemv_split(int64_t rows, int64_t units, bool pick) {
+  static const int forced = [] {
+    const char* e = std::getenv("FRUGAL_GEMV_SPLIT");
+    const int v = e != nullptr ? std::atoi(e) : 0;
+    return v == 1 || v == 2 || v == 4 ? v : 0;
+  }();
+  if (forced != 0) return forced;
+  if (!pick) return 1;
+  int ks = 1;
+  while (ks < 4 && rows * ks < 8192 && units >= 64 * ks * 2) ks *= 2;
+  return ks;
+}
+
 namespace {
 
-template <DType T, int R>
+template <DType T, int R, int KS>
 void gemv_launch(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s) {
-  const int per_block = kGemvWarps * R;
+  const int per_block = kGemvWarps / KS * R;
   const auto blocks = [per_block](const DevWeight& w) { return static_cast<int>((w.rows + per_block - 1) / per_block); };
   GemvSet g = set;
   g.prefetch = gemv_prefetch_bytes();
@@ -384,23 +425,30 @@ void gemv_launch(const GemvSet& set, const float* x, int n, bool acc, cudaStream
       bytes += static_cast<uint64_t>(ws[i]->rows * ws[i]->row_stride) +
                (ws[i]->scales != nullptr ? static_cast<uint64_t>(ws[i]->rows * (ws[i]->cols / 32) * 2) : 0);
     }
-    profile_label(cat("gemv ", std::string(dtype_name(T)), " ", rows, "x", g.w0.cols, " n=", n, " R=", R), bytes);
+    profile_label(cat("gemv ", std::string(dtype_name(T)), " ", rows, "x", g.w0.cols, " n=", n, " R=", R, " KS=", KS), bytes);
   }
   const dim3 grid(static_cast<unsigned>(total));
   const dim3 block(kGemvWarps * kWarp);
   if (n == 1) {
-    launch_kernel("gemv_kernel<NT=1>", gemv_kernel<T, 1, R>, grid, block, 0, s, g, x, 1, acc ? 1 : 0);
+    launch_kernel("gemv_kernel<NT=1>", gemv_kernel<T, 1, R, KS>, grid, block, 0, s, g, x, 1, acc ? 1 : 0);
   } else {
-    launch_kernel("gemv_kernel<NT=8>", gemv_kernel<T, 8, R>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
+    launch_kernel("gemv_kernel<NT=8>", gemv_kernel<T, 8, R, KS>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
   }
 }
 
 template <DType T>
 void gemv_t(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s) {
   switch (gemv_rows_per_warp()) {
-    case 2: gemv_launch<T, 2>(set, x, n, acc, s); break;
-    case 4: gemv_launch<T, 4>(set, x, n, acc, s); break;
-    default: gemv_launch<T, 1>(set, x, n, acc, s); break;
+    case 2: gemv_launch<T, 2, 1>(set, x, n, acc, s); break;
+    case 4: gemv_launch<T, 4, 1>(set, x, n, acc, s); break;
+    default: {
+      const int64_t rows = set.w0.rows + (set.n > 1 ? set.w1.rows : 0) + (set.n > 2 ? set.w2.rows : 0);
+      switch (gemv_split(rows, Dec<T>::units(set.w0.cols), true)) {
+        case 2: gemv_launch<T, 1, 2>(set, x, n, acc, s); break;
+        case 4: gemv_launch<T, 1, 4>(set, x, n, acc, s); break;
+        default: gemv_launch<T, 1, 1>(set, x, n, acc, s); break;
+      }
+    }
   }
 }
 

@@ -361,7 +361,7 @@ struct Q<DType::kQ6_K> {
 // Each warp computes R consecutive rows for up to NT tokens: per unit the R rows' weight registers
 // are loaded first (R independent loads in flight), then each token's activation unit is loaded
 // once and used for all R rows. Rows past the end are clamped for loading and not stored.
-template <DType T, int NT, int R>
+template <DType T, int NT, int R, int KS>
 __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QActView x, int nt, int accumulate) {
   using D = Q<T>;
   const int b = static_cast<int>(blockIdx.x);
@@ -371,8 +371,11 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QA
   const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
   const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
   const int lane = threadIdx.x % kWarp;
-  const int64_t row0 = (static_cast<int64_t>(b - first) * kWarps + threadIdx.x / kWarp) * R;
-  if (row0 >= w.rows) return;
+  // KS warps share a row (each takes every KS-th unit of it; their sums meet in shared memory), so
+  // a matrix with few rows still has enough warps to keep DRAM busy.
+  const int part = (threadIdx.x / kWarp) % KS;
+  const int64_t row0 = (static_cast<int64_t>(b - first) * (kWarps / KS) + threadIdx.x / kWarp / KS) * R;
+  if (KS == 1 && row0 >= w.rows) return;  // with KS > 1 every warp reaches the __syncthreads
   int64_t rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
@@ -381,7 +384,8 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QA
   const int64_t ahead = w.row_stride < set.prefetch ? w.row_stride : set.prefetch;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if (lane * 128 < ahead) prefetch_l2(w.data + rows[r] * w.row_stride + lane * 128);
+    const int64_t at = (static_cast<int64_t>(part) * kWarp + lane) * 128;
+    if (at < ahead) prefetch_l2(w.data + rows[r] * w.row_stride + at);
   }
   pdl_wait();
   pdl_trigger();
@@ -393,7 +397,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QA
   }
   const int64_t units = D::units(w.cols);
 #pragma unroll 2
-  for (int64_t u = lane; u < units; u += kWarp) {
+  for (int64_t u = lane + static_cast<int64_t>(kWarp) * part; u < units; u += static_cast<int64_t>(kWarp) * KS) {
     typename D::W wr[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) D::load_w(w, rows[r], u, wr[r]);
@@ -414,6 +418,30 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QA
 #pragma unroll
       for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
       acc[t][r] = v;
+    }
+  }
+  if (KS > 1) {
+    // Partial sums of the KS warps of a row, added in a fixed order (deterministic results).
+    __shared__ float part_sum[kWarps][NT][R];
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) part_sum[threadIdx.x / kWarp][t][r] = acc[t][r];
+      }
+    }
+    __syncthreads();
+    if (part != 0) return;
+    const int first_warp = threadIdx.x / kWarp;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float v = 0.f;
+#pragma unroll
+        for (int k = 0; k < KS; ++k) v += part_sum[first_warp + k][t][r];
+        acc[t][r] = v;
+      }
     }
   }
 #pragma unroll
@@ -439,9 +467,9 @@ int q8_rows_per_warp() {
   return r;
 }
 
-template <DType T, int R>
+template <DType T, int R, int KS>
 void launch_rows(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
-  const int per_block = kWarps * R;
+  const int per_block = kWarps / KS * R;
   const auto blocks = [per_block](const DevWeight& w) { return static_cast<int>((w.rows + per_block - 1) / per_block); };
   GemvSet g = set;
   g.prefetch = gemv_prefetch_bytes();
@@ -459,25 +487,32 @@ void launch_rows(const GemvSet& set, const QActView& x, int n, bool acc, cudaStr
       bytes += static_cast<uint64_t>(ws[i]->rows * ws[i]->row_stride) +
                (ws[i]->scales != nullptr ? static_cast<uint64_t>(ws[i]->rows * (ws[i]->cols / 32) * 2) : 0);
     }
-    profile_label(cat("gemv_q8 ", std::string(dtype_name(T)), " ", rows, "x", g.w0.cols, " n=", n, " R=", R), bytes);
+    profile_label(cat("gemv_q8 ", std::string(dtype_name(T)), " ", rows, "x", g.w0.cols, " n=", n, " R=", R, " KS=", KS), bytes);
   }
   const dim3 grid(static_cast<unsigned>(total));
   const dim3 block(kWarps * kWarp);
   if (n == 1) {
-    launch_kernel("gemv_q8_kernel<NT=1>", gemv_q8_kernel<T, 1, R>, grid, block, 0, s, g, x, 1, acc ? 1 : 0);
+    launch_kernel("gemv_q8_kernel<NT=1>", gemv_q8_kernel<T, 1, R, KS>, grid, block, 0, s, g, x, 1, acc ? 1 : 0);
   } else if (n <= 4) {
-    launch_kernel("gemv_q8_kernel<NT=4>", gemv_q8_kernel<T, 4, R>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
+    launch_kernel("gemv_q8_kernel<NT=4>", gemv_q8_kernel<T, 4, R, KS>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
   } else {
-    launch_kernel("gemv_q8_kernel<NT=8>", gemv_q8_kernel<T, 8, R>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
+    launch_kernel("gemv_q8_kernel<NT=8>", gemv_q8_kernel<T, 8, R, KS>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
   }
 }
 
 template <DType T>
 void launch_t(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
   switch (q8_rows_per_warp()) {
-    case 2: launch_rows<T, 2>(set, x, n, acc, s); break;
-    case 4: launch_rows<T, 4>(set, x, n, acc, s); break;
-    default: launch_rows<T, 1>(set, x, n, acc, s); break;
+    case 2: launch_rows<T, 2, 1>(set, x, n, acc, s); break;
+    case 4: launch_rows<T, 4, 1>(set, x, n, acc, s); break;
+    default: {
+      const int64_t rows = set.w0.rows + (set.n > 1 ? set.w1.rows : 0) + (set.n > 2 ? set.w2.rows : 0);
+      switch (gemv_split(rows, Q<T>::units(set.w0.cols), false)) {
+        case 2: launch_rows<T, 1, 2>(set, x, n, acc, s); break;
+        case 4: launch_rows<T, 1, 4>(set, x, n, acc, s); break;
+        default: launch_rows<T, 1, 1>(set, x, n, acc, s); break;
+      }
+    }
   }
 }
 
