@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "frugal/backend/backend.h"
+#include "frugal/backend/cpu/repack.h"
 #include "frugal/backend/cpu/simd_ops.h"
 #include "frugal/core/thread_pool.h"
 #include "frugal/kv/kv_cache.h"
@@ -85,13 +86,21 @@ const BenchWeight& weight(DType type, int64_t rows, int64_t cols) {
   return *last;
 }
 
-void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, int64_t n) {
+// layout: the weight as GGUF stores it (kRows) or repacked in place first (backend/cpu/repack.h).
+void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, int64_t n,
+               WeightLayout layout = WeightLayout::kRows) {
   const BenchWeight& bw = weight(type, rows, cols);
+  WeightTensor w = bw.w;
+  std::vector<uint8_t> repacked;
+  if (layout != WeightLayout::kRows) {
+    repacked = bw.bytes;
+    cpu::repack_in_place(w, repacked.data(), layout);
+  }
   const auto x = random_floats(static_cast<size_t>(n * cols), 7);
   std::vector<float> y(static_cast<size_t>(n * rows));
   Backend& be = backend();
   for (auto _ : state) {
-    be.matmul(bw.w, x.data(), n, y.data(), nullptr);
+    be.matmul(w, x.data(), n, y.data(), nullptr);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -173,17 +182,29 @@ void register_all() {
       for (int64_t n : bench_batches()) {
         const std::string name = "matmul/" + std::string(dtype_name(t)) + "/" + std::to_string(s.rows) + "x" +
                                  std::to_string(s.cols) + "/n" + std::to_string(n);
-        auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, s.rows, s.cols, n);
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, s.rows, s.cols, n, WeightLayout::kRows);
         timing(b)->Unit(benchmark::kMillisecond);
         if (n > 1) b->MinTime(1.0);
+        if (t == DType::kQ4_0) {
+          const std::string name8 = "matmul/q4_0x8/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/n" +
+                                    std::to_string(n);
+          auto* b8 = benchmark::RegisterBenchmark(name8.c_str(), BM_Matmul, t, s.rows, s.cols, n, WeightLayout::kQ4_0x8);
+          timing(b8)->Unit(benchmark::kMillisecond);
+          if (n > 1) b8->MinTime(1.0);
+        }
       }
     }
   }
-  for (int ctx : {128, 1024}) {
-    timing(benchmark::RegisterBenchmark(("attention/decode/ctx" + std::to_string(ctx)).c_str(), BM_Attention, 1, ctx))
-        ->Unit(benchmark::kMicrosecond);
+  for (KvQuant q : {KvQuant::kNone, KvQuant::kInt8, KvQuant::kInt4, KvQuant::kHyQuant}) {
+    const std::string qn = q == KvQuant::kNone ? "f16" : kv_quant_name(q);
+    for (int ctx : {1024, 4096, 16384}) {
+      timing(benchmark::RegisterBenchmark(("attention/decode/" + qn + "/ctx" + std::to_string(ctx)).c_str(),
+                                          BM_Attention, 1, ctx, q))
+          ->Unit(benchmark::kMicrosecond);
+    }
+    timing(benchmark::RegisterBenchmark(("attention/prefill512/" + qn).c_str(), BM_Attention, 512, 512, q))
+        ->Unit(benchmark::kMillisecond);
   }
-  timing(benchmark::RegisterBenchmark("attention/prefill512", BM_Attention, 512, 512))->Unit(benchmark::kMillisecond);
   timing(benchmark::RegisterBenchmark("threadpool/dispatch", BM_Dispatch));
 }
 

@@ -92,6 +92,7 @@ int bench(const BenchArgs& a) {
   // Touching every page up front (the progress bar) would make the whole file resident; the
   // CUDA backend reads each tensor once for its upload and then gives its pages back.
   mo.progress = !a.json && a.device == "cpu";
+  mo.cpu_layouts = a.device == "cpu";
   auto model = Model::load(*path, mo);
   if (!model.ok()) return fail(cmd, model.status().message());
   if (a.n_parallel < 1) return fail(cmd, "--parallel must be at least 1");

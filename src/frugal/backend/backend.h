@@ -16,14 +16,22 @@ class KvCache;
 class Model;
 struct Batch;
 
+// How a weight's bytes are arranged. kRows is GGUF's; the others are repacked once at load for
+// the CPU kernels (backend/cpu/repack.h) and read only by the CPU backend.
+enum class WeightLayout : uint8_t {
+  kRows = 0,
+  kQ4_0x8 = 1,  // Q4_0 in groups of 8 rows (quant::fast::BlockQ4_0x8); rows % 8 == 0
+};
+
 // A 2-D weight matrix as stored in GGUF: `rows` rows of `cols` contiguous elements in `type`
 // (GGUF dims = [cols, rows]). For the CPU backend `data` points into the mmap'd file.
 struct WeightTensor {
   DType type = DType::kF32;
   int64_t cols = 0;
   int64_t rows = 0;
-  size_t row_stride = 0;  // bytes between rows
+  size_t row_stride = 0;  // bytes between rows (kRows); bytes per row on average otherwise
   const void* data = nullptr;
+  WeightLayout layout = WeightLayout::kRows;
 };
 
 struct RopeParams {
