@@ -100,4 +100,19 @@ struct CpuBackendOptions {
 };
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opts);
 
+// The CPU's memory roofline: the best rate at which `n_threads` threads (0: all cores) read a
+// buffer far larger than the caches, with vector loads, over `passes` passes. Decode reads every
+// weight once per token, so weight bytes per token x tokens/s can at most reach this rate.
+struct CpuBandwidthOptions {
+  size_t bytes = size_t{256} << 20;  // buffer size (rounded down to whole MiB; at least 1 MiB)
+  int passes = 5;
+};
+struct CpuBandwidth {
+  double read_bytes_per_s = 0;
+  int threads = 0;
+  size_t bytes = 0;
+  int passes = 0;
+};
+Result<CpuBandwidth> measure_cpu_read_bandwidth(int n_threads, const CpuBandwidthOptions& opts = {});
+
 }  // namespace frugal

@@ -102,6 +102,28 @@ void F16ToF32(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = fp16_to_f32(src[i]);
 }
 
+// XOR of every 64-bit word in [p, p + n) (n a multiple of 4 vectors' worth is not required):
+// four independent accumulators keep enough loads in flight to saturate memory.
+uint64_t ReadXor(const uint64_t* p, int64_t n) {
+  const hn::ScalableTag<uint64_t> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    a0 = hn::Xor(a0, hn::LoadU(d, p + i));
+    a1 = hn::Xor(a1, hn::LoadU(d, p + i + N));
+    a2 = hn::Xor(a2, hn::LoadU(d, p + i + 2 * N));
+    a3 = hn::Xor(a3, hn::LoadU(d, p + i + 3 * N));
+  }
+  a0 = hn::Xor(hn::Xor(a0, a1), hn::Xor(a2, a3));
+  alignas(64) uint64_t lanes[HWY_MAX_BYTES / sizeof(uint64_t)];
+  hn::Store(a0, d, lanes);
+  uint64_t r = 0;
+  for (int64_t l = 0; l < N; ++l) r ^= lanes[l];
+  for (; i < n; ++i) r ^= p[i];
+  return r;
+}
+
 void RopeToken(float* x, int64_t n_heads, int64_t head_dim, int n_rot, bool neox,
                const float* cos_t, const float* sin_t) {
   const DF d;
@@ -382,6 +404,7 @@ HWY_EXPORT(Add);
 HWY_EXPORT(DotF32);
 HWY_EXPORT(F16ToF32);
 HWY_EXPORT(RopeToken);
+HWY_EXPORT(ReadXor);
 HWY_EXPORT(AttentionTileImpl);
 HWY_EXPORT(TargetName);
 
@@ -394,6 +417,7 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
 void add(float* x, const float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Add)(x, y, n); }
 float dot_f32(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n); }
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(F16ToF32)(src, dst, n); }
+uint64_t read_xor(const uint64_t* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(ReadXor)(p, n); }
 void rope_token(float* x, int64_t n_heads, int64_t head_dim, int n_rot, bool neox,
                 const float* cos_t, const float* sin_t) {
   HWY_DYNAMIC_DISPATCH(RopeToken)(x, n_heads, head_dim, n_rot, neox, cos_t, sin_t);

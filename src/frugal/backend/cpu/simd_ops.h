@@ -15,6 +15,8 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void add(float* x, const float* y, int64_t n);
 // Sum of a[i] * b[i], accumulated in float vectors.
 float dot_f32(const float* a, const float* b, int64_t n);
+// XOR of the words p[0, n): a pure streaming read (the memory bandwidth probe).
+uint64_t read_xor(const uint64_t* p, int64_t n);
 // IEEE binary16 bits to float.
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 
