@@ -112,16 +112,31 @@ void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
 
 // Attention of TinyLlama shape (32 heads, 4 KV heads, dim 64) over `ctx` cached tokens, for one
 // decode token or a prefill of `n` tokens at the end of the context.
-void BM_Attention(benchmark::State& state, int64_t n, int ctx) {
+// `quant` picks the cache: F16 rows, or int8/int4/hyquant codes (every token's row differs, and
+// hyquant is flushed down to its recent window, as after a prefill). The cache has TinyLlama's 22
+// layers and each iteration attends over the next one, so the rows come from memory as in a decode
+// step (one layer alone would stay in the last-level cache between iterations).
+void BM_Attention(benchmark::State& state, int64_t n, int ctx, KvQuant quant) {
+  constexpr int kLayers = 22;
   KvCacheOptions ko;
-  ko.n_layer = 1;
+  ko.n_layer = kLayers;
   ko.n_head_kv = 4;
   ko.head_dim = 64;
   ko.capacity = ctx;
+  ko.quant = quant;
   auto kvr = KvCache::create(ko);
   KvCache& kv = kvr.value();
-  const auto kvrow = random_floats(4 * 64, 3);
-  for (int p = 0; p < ctx; ++p) (void)kv.append(0, 0, p, kvrow.data(), kvrow.data());
+  const auto kvrows = random_floats(static_cast<size_t>(ctx) * 4 * 64, 3);
+  for (int l = 0; l < kLayers; ++l) {
+    for (int p = 0; p < ctx; ++p) {
+      const float* row = kvrows.data() + static_cast<size_t>((p + 97 * l) % ctx) * 4 * 64;
+      (void)kv.append(l, 0, p, row, row);
+    }
+  }
+  if (quant == KvQuant::kHyQuant) {
+    const auto qmean = random_floats(4 * 64, 7);
+    for (int l = 0; l < kLayers; ++l) kv.flush(l, 0, qmean.data());
+  }
   AttentionParams ap;
   ap.n_head = 32;
   ap.n_head_kv = 4;
@@ -132,8 +147,10 @@ void BM_Attention(benchmark::State& state, int64_t n, int ctx) {
   const auto q = random_floats(static_cast<size_t>(n * 32 * 64), 5);
   std::vector<float> out(q.size());
   Backend& be = backend();
+  int layer = 0;
   for (auto _ : state) {
-    be.attention(q.data(), kv, 0, seq.data(), pos.data(), n, ap, out.data());
+    be.attention(q.data(), kv, layer, seq.data(), pos.data(), n, ap, out.data());
+    layer = (layer + 1) % kLayers;
     benchmark::DoNotOptimize(out.data());
   }
   // Causal work: query t sees ctx - n + t + 1 keys; 2 dots of 64 per (key, head).

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "frugal/kv/kv_cache.h"
+
 namespace frugal::cpu {
 
 // Per row of `dim` floats: y = x / sqrt(mean(x^2) + eps) * w. In place allowed.
@@ -41,7 +43,18 @@ struct AttentionTile {
   int head_dim = 0;
   float scale = 1.f;
   int32_t window = 0;
+  // For caches stored in another form (quantized): writes keys and values [k0, k0 + nk) of the
+  // head as floats ([nk][head_dim] each) into k and v; k and v above are then unused. The block
+  // is converted once and shared by every row of the tile, as F16 blocks are.
+  void (*load_block)(const void* ctx, int32_t k0, int32_t nk, float* k, float* v) = nullptr;
+  const void* load_ctx = nullptr;
 };
+
+// Slots [k0, k0 + nk) of a quantized KV head as floats, [nk][head_dim] into k and v: the same
+// values as KvCache::read_rows (codes, FP16 residual, FP16 copies of hot slots), converted a
+// vector at a time. head_dim must be a multiple of kKvGroup and at most kMaxQuantHeadDim.
+inline constexpr int kMaxQuantHeadDim = 512;
+void dequant_kv_block(const KvCache::QuantHeadView& h, int head_dim, int32_t k0, int32_t nk, float* k, float* v);
 
 // Keys handled per step of the online softmax.
 inline constexpr int kAttentionKeyBlock = 64;
