@@ -8,7 +8,6 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
-#include <hwy/cache_control.h>
 #include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
@@ -214,25 +213,9 @@ HWY_INLINE void DequantRow(const uint8_t* codes, const float* lo, const float* s
   }
 }
 
-// Asks for bytes [p, p + n) ahead of use, a cache line at a time.
-HWY_INLINE void PrefetchBytes(const void* p, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  for (size_t o = 0; o < n; o += 64) hwy::Prefetch(b + o);
-}
-
 void DequantKvBlock(const KvCache::QuantHeadView& h, int dim, int32_t k0, int32_t nk, float* k, float* v) {
   const int32_t end = k0 + nk;
   const int32_t qend = std::min(end, h.cold);
-  // The next block's codes and value parameters: the four streams of a quantized head are too
-  // short per block (a few KiB each) for the hardware prefetcher to run ahead of them.
-  if (end < h.cold) {
-    const int32_t next = std::min(h.cold, end + nk) - end;
-    const size_t cb = static_cast<size_t>(h.code_bytes);
-    PrefetchBytes(h.k_codes + static_cast<size_t>(end) * cb, static_cast<size_t>(next) * cb);
-    PrefetchBytes(h.v_codes + static_cast<size_t>(end) * cb, static_cast<size_t>(next) * cb);
-    PrefetchBytes(h.v_params + static_cast<size_t>(end) * (dim / kKvGroup) * 2,
-                  static_cast<size_t>(next) * (dim / kKvGroup) * 2 * sizeof(uint16_t));
-  }
   alignas(64) uint8_t tmp[kMaxQuantHeadDim];
   alignas(64) float pf[2 * kMaxQuantHeadDim];
   alignas(64) float step[kMaxQuantHeadDim];
