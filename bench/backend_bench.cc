@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "frugal/backend/backend.h"
+#include "frugal/backend/cpu/repack.h"
 #include "frugal/backend/cpu/simd_ops.h"
 #include "frugal/core/thread_pool.h"
 #include "frugal/kv/kv_cache.h"
@@ -85,13 +86,21 @@ const BenchWeight& weight(DType type, int64_t rows, int64_t cols) {
   return *last;
 }
 
-void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, int64_t n) {
+// layout: the weight as GGUF stores it (kRows) or repacked in place first (backend/cpu/repack.h).
+void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, int64_t n,
+               WeightLayout layout = WeightLayout::kRows) {
   const BenchWeight& bw = weight(type, rows, cols);
+  WeightTensor w = bw.w;
+  std::vector<uint8_t> repacked;
+  if (layout != WeightLayout::kRows) {
+    repacked = bw.bytes;
+    cpu::repack_in_place(w, repacked.data(), layout);
+  }
   const auto x = random_floats(static_cast<size_t>(n * cols), 7);
   std::vector<float> y(static_cast<size_t>(n * rows));
   Backend& be = backend();
   for (auto _ : state) {
-    be.matmul(bw.w, x.data(), n, y.data(), nullptr);
+    be.matmul(w, x.data(), n, y.data(), nullptr);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -103,16 +112,31 @@ void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
 
 // Attention of TinyLlama shape (32 heads, 4 KV heads, dim 64) over `ctx` cached tokens, for one
 // decode token or a prefill of `n` tokens at the end of the context.
-void BM_Attention(benchmark::State& state, int64_t n, int ctx) {
+// `quant` picks the cache: F16 rows, or int8/int4/hyquant codes (every token's row differs, and
+// hyquant is flushed down to its recent window, as after a prefill). The cache has TinyLlama's 22
+// layers and each iteration attends over the next one, so the rows come from memory as in a decode
+// step (one layer alone would stay in the last-level cache between iterations).
+void BM_Attention(benchmark::State& state, int64_t n, int ctx, KvQuant quant) {
+  constexpr int kLayers = 22;
   KvCacheOptions ko;
-  ko.n_layer = 1;
+  ko.n_layer = kLayers;
   ko.n_head_kv = 4;
   ko.head_dim = 64;
   ko.capacity = ctx;
+  ko.quant = quant;
   auto kvr = KvCache::create(ko);
   KvCache& kv = kvr.value();
-  const auto kvrow = random_floats(4 * 64, 3);
-  for (int p = 0; p < ctx; ++p) (void)kv.append(0, 0, p, kvrow.data(), kvrow.data());
+  const auto kvrows = random_floats(static_cast<size_t>(ctx) * 4 * 64, 3);
+  for (int l = 0; l < kLayers; ++l) {
+    for (int p = 0; p < ctx; ++p) {
+      const float* row = kvrows.data() + static_cast<size_t>((p + 97 * l) % ctx) * 4 * 64;
+      (void)kv.append(l, 0, p, row, row);
+    }
+  }
+  if (quant == KvQuant::kHyQuant) {
+    const auto qmean = random_floats(4 * 64, 7);
+    for (int l = 0; l < kLayers; ++l) kv.flush(l, 0, qmean.data());
+  }
   AttentionParams ap;
   ap.n_head = 32;
   ap.n_head_kv = 4;
@@ -123,8 +147,10 @@ void BM_Attention(benchmark::State& state, int64_t n, int ctx) {
   const auto q = random_floats(static_cast<size_t>(n * 32 * 64), 5);
   std::vector<float> out(q.size());
   Backend& be = backend();
+  int layer = 0;
   for (auto _ : state) {
-    be.attention(q.data(), kv, 0, seq.data(), pos.data(), n, ap, out.data());
+    be.attention(q.data(), kv, layer, seq.data(), pos.data(), n, ap, out.data());
+    layer = (layer + 1) % kLayers;
     benchmark::DoNotOptimize(out.data());
   }
   // Causal work: query t sees ctx - n + t + 1 keys; 2 dots of 64 per (key, head).
@@ -173,17 +199,29 @@ void register_all() {
       for (int64_t n : bench_batches()) {
         const std::string name = "matmul/" + std::string(dtype_name(t)) + "/" + std::to_string(s.rows) + "x" +
                                  std::to_string(s.cols) + "/n" + std::to_string(n);
-        auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, s.rows, s.cols, n);
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, s.rows, s.cols, n, WeightLayout::kRows);
         timing(b)->Unit(benchmark::kMillisecond);
         if (n > 1) b->MinTime(1.0);
+        if (t == DType::kQ4_0) {
+          const std::string name8 = "matmul/q4_0x8/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/n" +
+                                    std::to_string(n);
+          auto* b8 = benchmark::RegisterBenchmark(name8.c_str(), BM_Matmul, t, s.rows, s.cols, n, WeightLayout::kQ4_0x8);
+          timing(b8)->Unit(benchmark::kMillisecond);
+          if (n > 1) b8->MinTime(1.0);
+        }
       }
     }
   }
-  for (int ctx : {128, 1024}) {
-    timing(benchmark::RegisterBenchmark(("attention/decode/ctx" + std::to_string(ctx)).c_str(), BM_Attention, 1, ctx))
-        ->Unit(benchmark::kMicrosecond);
+  for (KvQuant q : {KvQuant::kNone, KvQuant::kInt8, KvQuant::kInt4, KvQuant::kHyQuant}) {
+    const std::string qn = q == KvQuant::kNone ? "f16" : kv_quant_name(q);
+    for (int ctx : {1024, 4096, 16384}) {
+      timing(benchmark::RegisterBenchmark(("attention/decode/" + qn + "/ctx" + std::to_string(ctx)).c_str(),
+                                          BM_Attention, 1, ctx, q))
+          ->Unit(benchmark::kMicrosecond);
+    }
+    timing(benchmark::RegisterBenchmark(("attention/prefill512/" + qn).c_str(), BM_Attention, 512, 512, q))
+        ->Unit(benchmark::kMillisecond);
   }
-  timing(benchmark::RegisterBenchmark("attention/prefill512", BM_Attention, 512, 512))->Unit(benchmark::kMillisecond);
   timing(benchmark::RegisterBenchmark("threadpool/dispatch", BM_Dispatch));
 }
 

@@ -13,9 +13,15 @@
 #   --model PATH        also measure an existing GGUF file (repeatable; e.g. a real small model)
 #   -t N                threads for both engines (default 2)
 #   -p N / -n N         prompt and generation lengths (default 512 / 128)
-#   -r N                repetitions per invocation (default 1)
-#   --rounds N          invocations of each engine per model, alternating A B B A ... (default 3);
+#   -r N                repetitions per invocation (default 2)
+#   --rounds N          invocations of each engine per model, alternating A B B A ... (default 2);
 #                       every repetition of every round is one sample of the mean
+#   --kv-models LIST    models for the quantized-KV decode table, comma-separated: "default" (the
+#                       shipped model) or PRESET:TYPE (default: default,tinyllama-1.1b:Q4_0; "none"
+#                       skips the table). frugal only: decode tok/s with F16, int8, int4 and hyquant
+#                       caches at each --kv-depths context (filled with random rows: --fill-depth)
+#   --kv-depths LIST    contexts for that table (default 1024,4096,16384)
+#   --kv-gen N          decode steps per measurement there (default 32)
 #   --no-rss            skip the peak-memory runs
 #   --max-load L        before each model, wait until the 1-minute load average is below L
 #   --max-wait S        ... but for at most S seconds (default 1800), then measure anyway
@@ -37,8 +43,11 @@ extra_models=()
 threads=2
 n_prompt=512
 n_gen=128
-reps=1
-rounds=3
+reps=2
+rounds=2
+kv_models="default,tinyllama-1.1b:Q4_0"
+kv_depths="1024,4096,16384"
+kv_gen=32
 do_rss=1
 append=""
 work=""
@@ -61,6 +70,9 @@ while [[ $# -gt 0 ]]; do
     -n) need_arg "$@"; n_gen="$2"; shift 2 ;;
     -r) need_arg "$@"; reps="$2"; shift 2 ;;
     --rounds) need_arg "$@"; rounds="$2"; shift 2 ;;
+    --kv-models) need_arg "$@"; kv_models="$2"; shift 2 ;;
+    --kv-depths) need_arg "$@"; kv_depths="$2"; shift 2 ;;
+    --kv-gen) need_arg "$@"; kv_gen="$2"; shift 2 ;;
     --no-rss) do_rss=0; shift ;;
     --max-load) need_arg "$@"; max_load="$2"; shift 2 ;;
     --max-wait) need_arg "$@"; max_wait="$2"; shift 2 ;;
@@ -72,7 +84,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 [[ -z "$max_load" || "$max_load" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--max-load must be a number, got '$max_load'"
-for v in threads n_prompt n_gen reps rounds max_wait; do
+for v in threads n_prompt n_gen reps rounds max_wait kv_gen; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
 done
 [[ -x "$frugal" ]] || die "no frugal binary at $frugal (build it: cmake --preset release && cmake --build --preset release --target frugal)"
@@ -115,10 +127,9 @@ default_models="tinyllama-1.1b:F16,tinyllama-1.1b:Q8_0,tinyllama-1.1b:Q4_0,tinyl
 default_models+=",qwen2.5-0.5b:F16,qwen2.5-0.5b:Q8_0,qwen2.5-0.5b:Q4_0,qwen2.5-0.5b:Q4_K_M"
 IFS=',' read -r -a synth_models <<<"${only:-$default_models}"
 
-# Model files to measure, as "label|type|path".
-entries=()
-for spec in "${synth_models[@]}"; do
-  [[ "$spec" == "none" || -z "$spec" ]] && continue
+# Writes (or reuses) the random-weight model PRESET:TYPE and prints its path; fails if it cannot.
+synth_model() {
+  local spec="$1" preset type path
   preset="${spec%%:*}"
   type="${spec#*:}"
   [[ "$preset" != "$spec" && -n "$type" ]] || die "model '$spec' is not PRESET:TYPE"
@@ -127,18 +138,41 @@ for spec in "${synth_models[@]}"; do
     echo "cpu_vs_llamacpp: reusing $path" >&2
   else
     echo "+ $(printf '%q ' "$frugal" synth --preset "$preset" --type "$type" --seed 1 -o "$path")" >&2
-    if ! "$frugal" synth --preset "$preset" --type "$type" --seed 1 -o "$path"; then
+    if ! "$frugal" synth --preset "$preset" --type "$type" --seed 1 -o "$path" >&2; then
       echo "cpu_vs_llamacpp: could not write $path; skipping it" >&2
-      continue
+      return 1
     fi
   fi
-  entries+=("$preset|$type|$path")
+  echo "$path"
+}
+
+# Model files to measure, as "label|type|path".
+entries=()
+for spec in "${synth_models[@]}"; do
+  [[ "$spec" == "none" || -z "$spec" ]] && continue
+  path="$(synth_model "$spec")" || continue
+  entries+=("${spec%%:*}|${spec#*:}|$path")
 done
 for path in "${extra_models[@]}"; do
   [[ -s "$path" ]] || { echo "cpu_vs_llamacpp: no model file $path; skipping it" >&2; continue; }
   entries+=("$(basename "$path" .gguf)|-|$path")
 done
-[[ ${#entries[@]} -gt 0 ]] || die "no models to measure"
+# Models of the quantized-KV table, as "label|path".
+kv_entries=()
+IFS=',' read -r -a kv_specs <<<"$kv_models"
+IFS=',' read -r -a kv_depth_list <<<"$kv_depths"
+for d in "${kv_depth_list[@]}"; do [[ "$d" =~ ^[1-9][0-9]*$ ]] || die "--kv-depths: '$d' is not a positive integer"; done
+for spec in "${kv_specs[@]}"; do
+  [[ "$spec" == "none" || -z "$spec" ]] && continue
+  if [[ "$spec" == "default" ]]; then
+    path="$root/models/default.gguf"
+    [[ -s "$path" ]] || { echo "cpu_vs_llamacpp: no $path; skipping the default model's KV rows" >&2; continue; }
+  else
+    path="$(synth_model "$spec")" || continue
+  fi
+  kv_entries+=("$spec|$path")
+done
+[[ ${#entries[@]} -gt 0 || ${#kv_entries[@]} -gt 0 ]] || die "no models to measure"
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "cpu_vs_llamacpp: load average before: $load_before" >&2
@@ -193,6 +227,24 @@ for entry in "${entries[@]}"; do
     run_logged /dev/null "$work/$tag.frugal.rss" /usr/bin/time -v "$frugal" run -m "$path" \
       -p "$prompt" -n "$n_gen" -t "$threads" -c 2048 --temp 0 --ignore-eos </dev/null
   fi
+done
+
+# Quantized KV: frugal only (llama.cpp's quantized caches are another format), every cache type
+# back to back at each context, so a change of the machine's load hits all four alike.
+k=0
+for entry in "${kv_entries[@]}"; do
+  IFS='|' read -r label path <<<"$entry"
+  tag="kv$(printf '%02d' "$k")"
+  k=$((k + 1))
+  wait_for_quiet
+  printf '%s\t%s\t%s\n' "$label" "$path" "$(cut -d' ' -f1 /proc/loadavg)" >"$work/$tag.kvmodel"
+  echo "cpu_vs_llamacpp: === quantized KV: $label ($path)" >&2
+  for d in "${kv_depth_list[@]}"; do
+    for q in none int8 int4 hyquant; do
+      run_logged "$work/$tag.$d.$q.json" "$work/$tag.$d.$q.err" "$frugal" bench -m "$path" -t "$threads" -p 0 \
+        -n "$kv_gen" -d "$d" --fill-depth --kv-quant "$q" -r "$reps" --json
+    done
+  done
 done
 
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"

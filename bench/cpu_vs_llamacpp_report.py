@@ -6,6 +6,11 @@ Files per model (TAG = 00, 01, ...):
   TAG.llama.R.json          llama-bench -o json of round R
   TAG.frugal.R.json         frugal bench --json of round R
   TAG.llama.rss, TAG.frugal.rss   GNU time -v output of one generation
+  kvNN.kvmodel              label, path, load average (quantized-KV table)
+  kvNN.DEPTH.QUANT.json     frugal bench --json of one (context, cache type)
+Decode is also given as a fraction of the memory roofline: frugal bench measures the machine's read
+bandwidth with the same threads after its tests and reports the weight bytes a decode step reads;
+both engines' tg figures are that many bytes per token over the median bandwidth of the rounds.
 Throughput is the median over every sample of every round (tokens/s) with the samples' standard
 deviation: on a shared machine a burst of someone else's work slows a few samples a lot, which
 moves a mean but hardly a median. Ratios are frugal / llama.cpp of the medians, and frugal /
@@ -76,6 +81,60 @@ def peak_rss_bytes(path):
     return int(rss.group(1)) * 1024
 
 
+def roofline(work, tag):
+    """(median read bandwidth in bytes/s, weight bytes per token) from frugal's JSON, or Nones."""
+    bws, bpt = [], None
+    for path in sorted(glob.glob(os.path.join(work, f"{tag}.frugal.*.json"))):
+        data = load_json(path)
+        if not isinstance(data, dict):
+            continue
+        bw = (data.get("cpu") or {}).get("read_bytes_per_s")
+        if bw:
+            bws.append(float(bw))
+        bpt = data.get("weight_bytes_per_token", bpt)
+    med, _ = median_sd(bws)
+    return med, bpt
+
+
+def fmt_fraction(tps, bw, bpt):
+    if tps is None or not bw or not bpt:
+        return "n/a"
+    return f"{100 * tps * bpt / bw:.0f}%"
+
+
+def kv_table(work):
+    """Decode tok/s per (model, context) for F16/int8/int4/hyquant caches, and the ratios to F16."""
+    quants = ["none", "int8", "int4", "hyquant"]
+    rows = [
+        "| model | context | F16 tok/s | int8 tok/s | int4 tok/s | hyquant tok/s | int8 / F16 | int4 / F16 "
+        "| hyquant / F16 | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    any_row = False
+    for model_file in sorted(glob.glob(os.path.join(work, "kv*.kvmodel"))):
+        tag = os.path.basename(model_file)[: -len(".kvmodel")]
+        with open(model_file, encoding="utf-8") as f:
+            fields = f.read().rstrip("\n").split("\t")
+        label, load = fields[0], fields[2] if len(fields) > 2 else "?"
+        depths = sorted({int(os.path.basename(p).split(".")[1])
+                         for p in glob.glob(os.path.join(work, f"{tag}.*.*.json"))})
+        for d in depths:
+            meds = {}
+            for q in quants:
+                data = load_json(os.path.join(work, f"{tag}.{d}.{q}.json"))
+                xs = []
+                if isinstance(data, dict):
+                    for t in data.get("tests", []):
+                        if t.get("n_gen", 0) > 0:
+                            xs.extend(float(x) for x in t.get("samples_ts", []))
+                meds[q] = median_sd(xs)
+            cells = [label, str(d)] + [fmt_speed(*meds[q]) for q in quants]
+            cells += [fmt_ratio(meds[q][0], meds["none"][0]) for q in quants[1:]] + [load]
+            rows.append("| " + " | ".join(cells) + " |")
+            any_row = True
+    return rows if any_row else []
+
+
 def fmt_speed(m, sd):
     if m is None:
         return "n/a"
@@ -116,8 +175,9 @@ def main():
     pp, tg = f"pp{a.pp}", f"tg{a.tg}"
     rows = [
         f"| model | type | size | {pp} llama.cpp | {pp} frugal | {pp} ratio | {tg} llama.cpp | {tg} frugal "
-        f"| {tg} ratio | peak RSS llama.cpp (MB) | peak RSS frugal (MB) | RSS ratio | load |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {tg} ratio | {tg} of bandwidth llama.cpp | {tg} of bandwidth frugal | read bandwidth (GB/s) "
+        f"| peak RSS llama.cpp (MB) | peak RSS frugal (MB) | RSS ratio | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for model_file in sorted(glob.glob(os.path.join(a.work, "*.model"))):
         tag = os.path.basename(model_file)[: -len(".model")]
@@ -140,6 +200,8 @@ def main():
             lm, lsd = median_sd(samples(a.work, tag, "llama", n_prompt, n_gen))
             fm, fsd = median_sd(samples(a.work, tag, "frugal", n_prompt, n_gen))
             cells += [fmt_speed(lm, lsd), fmt_speed(fm, fsd), fmt_ratio(fm, lm)]
+        bw, bpt = roofline(a.work, tag)
+        cells += [fmt_fraction(lm, bw, bpt), fmt_fraction(fm, bw, bpt), "n/a" if not bw else f"{bw / 1e9:.1f}"]
         lr = peak_rss_bytes(os.path.join(a.work, f"{tag}.llama.rss"))
         fr = peak_rss_bytes(os.path.join(a.work, f"{tag}.frugal.rss"))
         rss_ratio = "n/a" if lr is None or fr is None else f"{fr / lr:.3f}x"
@@ -152,6 +214,11 @@ def main():
         f"load = 1-minute load average when the model's measurements began; "
         f"load average (1, 5, 15 min) before {a.load_before}, after {a.load_after}."
     )
+    kv = kv_table(a.work)
+    if kv:
+        rows += ["", "Quantized KV cache (frugal): decode tok/s at each context, keep-everything cache filled with "
+                 "random rows (`frugal bench -p 0 -n N -d CONTEXT --fill-depth --kv-quant Q`), median ± sd of the "
+                 "repetitions; ratio = cache type / F16 (higher is better)", ""] + kv
     print("\n".join(rows))
     return 0
 

@@ -89,7 +89,7 @@ int eval_cmd(const EvalArgs& a) {
       if (Status st = set_generate_option(probe, sweep_name, v); !st.ok()) return fail(cmd, "--sweep: " + st.message());
     }
   }
-  auto lm = load_model(*path, !a.quiet && a.engine.device == "cpu");
+  auto lm = load_model(*path, !a.quiet && a.engine.device == "cpu", a.engine.device);
   if (!lm.ok()) return fail(cmd, lm.status().message());
   CpuBackendOptions bo;
   bo.n_threads = resolve_threads(a.engine.threads);

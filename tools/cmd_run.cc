@@ -85,7 +85,7 @@ int run(const RunArgs& a) {
   }
   if (!prompt.ok()) return fail(cmd, prompt.status().message());
   if (prompt->empty()) return fail(cmd, "no prompt: pass -p TEXT, -f FILE, --task FAMILY or pipe text on stdin");
-  auto lm = load_model(*path, !a.json && a.engine.device == "cpu");
+  auto lm = load_model(*path, !a.json && a.engine.device == "cpu", a.engine.device);
   if (!lm.ok()) return fail(cmd, lm.status().message());
   const Tokenizer& tok = *lm->tokenizer;
 
@@ -147,6 +147,8 @@ int run(const RunArgs& a) {
                                 {"stats_ms", res->kv_eviction.stats_ms},
                                 {"reserved_bytes", res->kv_bytes},
                                 {"peak_used_bytes", res->kv_eviction.peak_used_bytes}}},
+                        {"weights", {{"bytes", lm->model->weights().bytes},
+                                     {"repacked_bytes", lm->model->weights().repacked_bytes}}},
                         {"peak_rss_bytes", peak_rss_bytes()}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {

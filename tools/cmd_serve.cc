@@ -81,7 +81,7 @@ int serve(const ServeArgs& a) {
   if (!body.ok()) return fail(cmd, "--max-body: " + body.status().message());
   if (a.timeout <= 0) return fail(cmd, "--timeout must be positive");
 
-  auto lm = load_model(*path, false);
+  auto lm = load_model(*path, false, a.engine.device);
   if (!lm.ok()) return fail(cmd, lm.status().message());
   const std::string id = a.alias.empty() ? std::filesystem::path(*path).stem().string() : a.alias;
 

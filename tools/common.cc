@@ -37,10 +37,11 @@ Result<std::string> resolve_model_path(const std::string& given) {
   return def;
 }
 
-Result<LoadedModel> load_model(const std::string& path, bool progress) {
+Result<LoadedModel> load_model(const std::string& path, bool progress, const std::string& device) {
   LoadedModel lm;
   ModelLoadOptions mo;
   mo.progress = progress;
+  mo.cpu_layouts = device == "cpu";
   FRUGAL_ASSIGN_OR_RETURN(lm.model, Model::load(path, mo));
   auto tok = Tokenizer::from_gguf(lm.model->gguf());
   if (!tok.ok()) return tok.status().with_context(path);

@@ -23,7 +23,9 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
-Result<LoadedModel> load_model(const std::string& path, bool progress);
+// `device` is the backend that will run it: for "cpu" weights are repacked where the CPU kernels
+// prefer another layout (ModelLoadOptions::cpu_layouts).
+Result<LoadedModel> load_model(const std::string& path, bool progress, const std::string& device = "cpu");
 
 // The prompt from -p, else -f FILE, else stdin when it is not a terminal.
 Result<std::string> read_prompt(const std::string& prompt, const std::string& file);

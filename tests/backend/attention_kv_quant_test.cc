@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "frugal/backend/cpu/simd_ops.h"
 #include "frugal/kv/kv_cache.h"
 #include "test_util.h"
 
@@ -109,6 +110,59 @@ TEST(AttentionKvQuant, MatchesReferenceOverDequantizedRowsAndStaysNearFullPrecis
     });
   }
   EXPECT_LT(err8, err4);
+}
+
+// The SIMD loader the attention uses reads quantized heads as read_rows (its reference) does:
+// key groups cut by the block, the FP16 residual, hyquant's FP16 copies of hot slots; on every
+// target, for 8- and 4-bit codes.
+TEST(AttentionKvQuant, SimdBlockLoaderMatchesReadRows) {
+  std::mt19937 rng(17);
+  const int d = 64, n_head_kv = 2, n = 203;
+  const auto keys = random_floats(rng, static_cast<size_t>(n) * n_head_kv * d, 1.5f);
+  const auto vals = random_floats(rng, static_cast<size_t>(n) * n_head_kv * d);
+  for (KvQuant kq : {KvQuant::kInt8, KvQuant::kInt4, KvQuant::kHyQuant}) {
+    SCOPED_TRACE(kv_quant_name(kq));
+    KvCacheOptions ko;
+    ko.n_layer = 1;
+    ko.n_head_kv = n_head_kv;
+    ko.head_dim = d;
+    ko.capacity = 256;
+    ko.quant = kq;
+    auto c = KvCache::create(ko);
+    ASSERT_TRUE(c.ok());
+    KvCache& kv = *c;
+    for (int t = 0; t < n; ++t) {
+      const size_t off = static_cast<size_t>(t) * n_head_kv * d;
+      ASSERT_TRUE(kv.append(0, 0, t, keys.data() + off, vals.data() + off).ok());
+    }
+    const auto qmean = random_floats(rng, static_cast<size_t>(n_head_kv) * d);
+    kv.flush(0, 0, qmean.data());
+    for (int g = 0; g < n_head_kv; ++g) {
+      const KvCache::QuantHeadView h = kv.quant_view(0, 0, g);
+      ASSERT_EQ(h.size, n);
+      ASSERT_GT(h.cold, 0);
+      ASSERT_LT(h.cold, n);  // some FP16 residual is left
+      if (kq == KvQuant::kHyQuant) {
+        EXPECT_GT(h.hot_n, 0);
+      }
+      std::vector<float> kr(static_cast<size_t>(n) * d), vr(kr.size());
+      kv.read_rows(0, 0, g, kr.data(), vr.data());
+      for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+        if (target == HWY_SSSE3) continue;
+        hwy::SetSupportedTargetsForTest(target);
+        for (const auto& [k0, nk] : std::vector<std::pair<int, int>>{{0, 64}, {64, 64}, {17, 50}, {150, 53}, {192, 11}}) {
+          std::vector<float> kb(static_cast<size_t>(nk) * d, -7.f), vb(kb.size(), -7.f);
+          cpu::dequant_kv_block(h, d, k0, nk, kb.data(), vb.data());
+          for (size_t i = 0; i < kb.size(); ++i) {
+            const size_t ref = static_cast<size_t>(k0) * d + i;
+            ASSERT_NEAR(kb[i], kr[ref], 1e-6f * (1 + std::abs(kr[ref]))) << hwy::TargetName(target) << " key " << i;
+            ASSERT_NEAR(vb[i], vr[ref], 1e-6f * (1 + std::abs(vr[ref]))) << hwy::TargetName(target) << " value " << i;
+          }
+        }
+        hwy::SetSupportedTargetsForTest(0);
+      }
+    }
+  }
 }
 
 }  // namespace

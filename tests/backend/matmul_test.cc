@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "frugal/backend/cpu/repack.h"
 #include "frugal/core/dtype.h"
 #include "frugal/quant/type_traits.h"
 #include "test_util.h"
@@ -180,6 +181,51 @@ TEST_P(GetRowsAllTypes, MatchesReferenceDequantize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GetRowsAllTypes, ::testing::ValuesIn(all_type_traits()), type_param_name);
+
+// Q4_0 repacked in 8-row groups (backend/cpu/repack.h) against the same rows in GGUF's layout,
+// through matmul (one token, small batches, the float path) and get_rows, on every target (the
+// layout is read everywhere; only AVX2 chooses it at load).
+TEST(MatmulQ4_0x8, MatchesTheRowLayout) {
+  std::mt19937 rng(77);
+  const TypeTraits& tt = *type_traits(DType::kQ4_0);
+  const int64_t rows = 40, cols = 32 * 19;
+  const size_t rb = static_cast<size_t>(row_bytes(DType::kQ4_0, cols));
+  std::vector<uint8_t> plain(rb * rows);
+  std::vector<float> dequant(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto src = random_floats(rng, cols);
+    tt.from_float_ref(src.data(), plain.data() + r * rb, cols);
+    tt.to_float_ref(plain.data() + r * rb, dequant.data() + r * cols, cols);
+  }
+  WeightTensor w{DType::kQ4_0, cols, rows, rb, plain.data()};
+  std::vector<uint8_t> packed = plain;
+  WeightTensor wp = w;
+  EXPECT_EQ(cpu::repack_in_place(wp, packed.data(), WeightLayout::kQ4_0x8), rb * rows);
+  ASSERT_EQ(wp.layout, WeightLayout::kQ4_0x8);
+  EXPECT_NE(packed, plain);
+  for_each_target_and_threads([&](Backend& be) {
+    for (int64_t n : {1, 3, 16, 37}) {
+      const auto x = random_floats(rng, n * cols);
+      const auto bias = random_floats(rng, rows);
+      std::vector<float> want(n * rows), got(n * rows, -777.f);
+      be.matmul(w, x.data(), n, want.data(), bias.data());
+      be.matmul(wp, x.data(), n, got.data(), bias.data());
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          double mag = 0;
+          for (int64_t k = 0; k < cols; ++k) mag += std::abs(static_cast<double>(dequant[r * cols + k]) * x[t * cols + k]);
+          ASSERT_NEAR(got[t * rows + r], want[t * rows + r], 1e-4 * mag + 1e-5) << "n " << n << " t " << t << " r " << r;
+        }
+      }
+    }
+    std::vector<int32_t> ids = {0, 7, 8, 39, 21};
+    std::vector<float> y(ids.size() * cols, -777.f);
+    be.get_rows(wp, ids.data(), static_cast<int64_t>(ids.size()), y.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int64_t k = 0; k < cols; ++k) ASSERT_EQ(y[i * cols + k], dequant[ids[i] * cols + k]) << "id " << ids[i];
+    }
+  });
+}
 
 TEST(Matmul, ZeroTokensIsANoOp) {
   std::mt19937 rng(5);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "frugal/model/model.h"
+#include "frugal/quant/simd_kernels.h"
 #include "frugal/synth/random_model.h"
 #include "frugal/tokenize/tokenizer.h"
 #include "reference/reference_forward.h"
@@ -22,10 +23,13 @@ struct ArchCase {
   std::string preset;
   std::string weight_type;
   double max_rel_err;  // ||engine - reference|| / ||reference|| over all logits
+  bool cpu_layouts = false;  // load with weights repacked for the CPU kernels where they win
+  bool tied = false;         // the LM head reuses token_embd.weight (repacked once, read by both)
 };
 
 std::string case_name(const ::testing::TestParamInfo<ArchCase>& info) {
-  std::string s = info.param.preset + "_" + info.param.weight_type;
+  std::string s = info.param.preset + "_" + info.param.weight_type + (info.param.cpu_layouts ? "_repacked" : "") +
+                  (info.param.tied ? "_tied" : "");
   for (char& c : s) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   }
@@ -41,11 +45,20 @@ TEST_P(ArchitectureVsReference, LogitsMatchFloat64Reference) {
   opts->weight_type = ac.weight_type;
   opts->n_layer = 2;
   opts->weight_std = 0.05;  // large enough that attention is far from uniform
+  opts->tied_embeddings = opts->tied_embeddings || ac.tied;
   const fs::path path = fs::temp_directory_path() / ("frugal_arch_" + case_name({ac, 0}) + ".gguf");
   ASSERT_TRUE(synth::write_random_model(*opts, path.string()).ok());
 
-  auto model = Model::load(path.string());
+  ModelLoadOptions mo;
+  mo.cpu_layouts = ac.cpu_layouts;
+  auto model = Model::load(path.string(), mo);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
+  if (ac.cpu_layouts && quant::fast::q4_0x8_repack_wins()) {
+    // Every Q4_0 matrix (all of them here, embeddings and LM head included) is repacked once.
+    EXPECT_GT((*model)->weights().repacked_bytes, 0u);
+    EXPECT_EQ((*model)->weights().output.layout, WeightLayout::kQ4_0x8);
+    EXPECT_EQ((*model)->weights().layers[0].wq.layout, WeightLayout::kQ4_0x8);
+  }
   auto ref = reference::ReferenceModel::load(path.string());
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
   auto tok = Tokenizer::from_gguf((*model)->gguf());
@@ -113,7 +126,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"tiny-qwen2", "F32", 1e-4}, ArchCase{"tiny-qwen3", "F32", 1e-4},
                       ArchCase{"tiny-llama", "F16", 5e-3}, ArchCase{"tiny-qwen2", "Q8_0", 3e-2},
                       ArchCase{"tiny-llama", "Q4_K_M", 3e-2}, ArchCase{"tiny-qwen3", "Q4_0", 3e-2},
-                      ArchCase{"tiny-mistral", "Q6_K", 3e-2}, ArchCase{"tiny-llama", "BF16", 5e-3}),
+                      ArchCase{"tiny-mistral", "Q6_K", 3e-2}, ArchCase{"tiny-llama", "BF16", 5e-3},
+                      ArchCase{"tiny-llama", "Q4_0", 3e-2, true, false}, ArchCase{"tiny-qwen2", "Q4_0", 3e-2, true, true}),
     case_name);
 
 // The sliding window really changes the output of the mistral model once the sequence is longer

@@ -139,6 +139,69 @@ TEST_P(QuantKernels, Q4_0GroupDotMatchesReference) {
   }
 }
 
+// The 8-row group layout holds exactly the bytes of its rows: unpacking a row (the reference) and
+// the dispatched group expansion both equal the Q4_0 reference dequantization of the original.
+TEST_P(QuantKernels, Q4_0x8LayoutRoundTripsExactly) {
+  const TypeTraits* t = type_traits(DType::kQ4_0);
+  for (const int64_t blocks : {1, 3, 9}) {
+    const int64_t n = blocks * 32;
+    std::vector<uint8_t> rows;
+    std::vector<float> want;
+    for (int r = 0; r < 8; ++r) {
+      const auto q = quantize(DType::kQ4_0, t->from_float_ref, random_row(n, 31 * r + n));
+      rows.insert(rows.end(), q.begin(), q.end());
+      const auto d = dequantize(t->to_float_ref, q, n);
+      want.insert(want.end(), d.begin(), d.end());
+    }
+    quant::fast::repack_q4_0x8(rows.data(), n);
+    std::vector<float> one(static_cast<size_t>(n));
+    std::vector<float> all(static_cast<size_t>(8 * n), -1.f);
+    quant::fast::to_float_q4_0x8(rows.data(), n, all.data(), n);
+    for (int r = 0; r < 8; ++r) {
+      quant::fast::to_float_q4_0x8_row(rows.data(), r, n, one.data());
+      for (int64_t k = 0; k < n; ++k) {
+        ASSERT_EQ(one[k], want[r * n + k]) << "row " << r << " k " << k;
+        ASSERT_EQ(all[r * n + k], want[r * n + k]) << "row " << r << " k " << k;
+      }
+    }
+  }
+}
+
+// 8-row groups against Q8 group activations: each row's result is the Q4_0 x Q8_0 reference dot
+// of the row as it was before repacking; several groups, whole and partial activation groups.
+TEST_P(QuantKernels, Q4_0x8GemvMatchesReference) {
+  const TypeTraits* t = type_traits(DType::kQ4_0);
+  for (const int64_t blocks : {1, 2, 3, 7, 8, 9, 28, 71}) {
+    const int64_t n = blocks * 32;
+    for (const int64_t groups : {1, 3}) {
+      const uint32_t seed = static_cast<uint32_t>(blocks * 7 + groups);
+      std::vector<uint8_t> w;
+      for (int64_t r = 0; r < 8 * groups; ++r) {
+        const auto q = quantize(DType::kQ4_0, t->from_float_ref, random_row(n, seed * 13 + static_cast<uint32_t>(r)));
+        w.insert(w.end(), q.begin(), q.end());
+      }
+      const std::vector<uint8_t> orig = w;
+      const size_t rb = w.size() / static_cast<size_t>(8 * groups);
+      for (int64_t g = 0; g < groups; ++g) quant::fast::repack_q4_0x8(w.data() + g * 8 * rb, n);
+      const auto fy = random_row(n, seed + 1000);
+      const auto qy = quantize(DType::kQ8_0, type_traits(DType::kQ8_0)->from_float_ref, fy);
+      std::vector<uint8_t> gy(static_cast<size_t>(quant::fast::q8_group_bytes(n)));
+      quant::fast::from_float_q8_group(fy.data(), gy.data(), n);
+      std::vector<float> y(static_cast<size_t>(8 * groups), -777.f);
+      quant::fast::gemv_q4_0x8(n, w.data(), groups, gy.data(), y.data());
+      const auto dy = dequantize(type_traits(DType::kQ8_0)->to_float_ref, qy, n);
+      for (int64_t r = 0; r < 8 * groups; ++r) {
+        const std::vector<uint8_t> row(orig.begin() + r * rb, orig.begin() + (r + 1) * rb);
+        float ref = 0.f;
+        quant::vec_dot_q4_0_q8_0_ref(n, &ref, row.data(), qy.data());
+        const double scale = abs_dot_f64(dequantize(t->to_float_ref, row, n), dy) + 1e-30;
+        EXPECT_LE(std::fabs(y[r] - ref) / scale, kernel_tolerance(n))
+            << "n=" << n << " row " << r << " ref=" << ref << " fast=" << y[r];
+      }
+    }
+  }
+}
+
 // Packed Q4_0 panels against Q8 group activations: every (row, activation row) of shapes that
 // leave partial panels (rows not a multiple of 16), partial activation tiles and partial groups.
 TEST_P(QuantKernels, Q4_0PanelGemmMatchesReference) {

@@ -17,14 +17,22 @@ class KvCache;
 class Model;
 struct Batch;
 
+// How a weight's bytes are arranged. kRows is GGUF's; the others are repacked once at load for
+// the CPU kernels (backend/cpu/repack.h) and read only by the CPU backend.
+enum class WeightLayout : uint8_t {
+  kRows = 0,
+  kQ4_0x8 = 1,  // Q4_0 in groups of 8 rows (quant::fast::BlockQ4_0x8); rows % 8 == 0
+};
+
 // A 2-D weight matrix as stored in GGUF: `rows` rows of `cols` contiguous elements in `type`
 // (GGUF dims = [cols, rows]). For the CPU backend `data` points into the mmap'd file.
 struct WeightTensor {
   DType type = DType::kF32;
   int64_t cols = 0;
   int64_t rows = 0;
-  size_t row_stride = 0;  // bytes between rows
+  size_t row_stride = 0;  // bytes between rows (kRows); bytes per row on average otherwise
   const void* data = nullptr;
+  WeightLayout layout = WeightLayout::kRows;
 };
 
 struct RopeParams {
@@ -84,5 +92,20 @@ struct CpuBackendOptions {
   int n_threads = 0;  // 0: all cores
 };
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opts);
+
+// The CPU's memory roofline: the best rate at which `n_threads` threads (0: all cores) read a
+// buffer far larger than the caches, with vector loads, over `passes` passes. Decode reads every
+// weight once per token, so weight bytes per token x tokens/s can at most reach this rate.
+struct CpuBandwidthOptions {
+  size_t bytes = size_t{256} << 20;  // buffer size (rounded down to whole MiB; at least 1 MiB)
+  int passes = 5;
+};
+struct CpuBandwidth {
+  double read_bytes_per_s = 0;
+  int threads = 0;
+  size_t bytes = 0;
+  int passes = 0;
+};
+Result<CpuBandwidth> measure_cpu_read_bandwidth(int n_threads, const CpuBandwidthOptions& opts = {});
 
 }  // namespace frugal

@@ -75,6 +75,14 @@ class GgufFile {
   // file. A backend that copied the weights into device memory calls this tensor by tensor so the
   // host never holds more than one tensor of the model at a time.
   void release_resident_pages(const void* data, uint64_t bytes) const;
+  // Makes [data, data + bytes) of the mapping writable for this process, so a backend can repack
+  // weights in place. The mapping is private: a written page becomes this process's own copy and
+  // the file is never changed; the copy replaces the file page in the process's resident memory,
+  // so repacking in place keeps one copy of the bytes. kNotSupported for a file read from memory
+  // (from_memory), kInvalidArgument for a range outside the mapping. release_resident_pages() must
+  // not be called on a range rewritten this way: it would drop the rewritten pages, and the next
+  // read would fault the file's bytes back in.
+  Status make_writable(const void* data, uint64_t bytes);
   uint64_t data_offset() const { return data_offset_; }
 
   // Metadata, in file order.

@@ -368,6 +368,23 @@ void GgufFile::release_resident_pages(const void* data, uint64_t bytes) const {
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
+Status GgufFile::make_writable(const void* data, uint64_t bytes) {
+  if (map_ == nullptr) return error(ErrorCode::kNotSupported, "{}: not a mapped file; its bytes cannot be repacked", path_);
+  const auto base = reinterpret_cast<uintptr_t>(map_);
+  const auto lo = reinterpret_cast<uintptr_t>(data);
+  if (lo < base || lo - base >= size_ || bytes > size_ - (lo - base)) {
+    return error(ErrorCode::kInvalidArgument, "{}: range to make writable is outside the mapping", path_);
+  }
+  const long page_sz = sysconf(_SC_PAGESIZE);
+  const uintptr_t page = page_sz > 0 ? static_cast<uintptr_t>(page_sz) : 4096;
+  const uintptr_t first = lo / page * page;  // outward: the pages that hold any byte of the range
+  const uintptr_t last = (lo + bytes + page - 1) / page * page;
+  if (mprotect(reinterpret_cast<void*>(first), last - first, PROT_READ | PROT_WRITE) != 0) {
+    return error(ErrorCode::kIo, "{}: cannot make {} bytes writable: {}", path_, bytes, std::strerror(errno));
+  }
+  return ok_status();
+}
+
 Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path, const GgufOpenOptions& opts) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;

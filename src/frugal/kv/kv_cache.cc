@@ -336,6 +336,31 @@ void KvCache::read_rows(int layer, int seq, int head, float* k, float* v) const 
   read_rows(layer, seq, head, 0, n, k, v);
 }
 
+KvCache::QuantHeadView KvCache::quant_view(int layer, int seq, int head) const {
+  QuantHeadView h;
+  if (!quantized()) return h;
+  const size_t i = static_cast<size_t>(index(layer, seq, head)), hd = static_cast<size_t>(opts_.head_dim);
+  const size_t cap = static_cast<size_t>(opts_.capacity), groups = (cap + kKvGroup - 1) / kKvGroup;
+  h.bits = bits_;
+  h.code_bytes = cb_;
+  h.size = len_[i];
+  h.cold = cold_[i];
+  h.k_codes = kq_.data() + i * cap * static_cast<size_t>(cb_);
+  h.k_params = kp_.data() + i * groups * hd * 2;
+  h.v_codes = vq_.data() + i * cap * static_cast<size_t>(cb_);
+  h.v_params = vp_.data() + i * cap * static_cast<size_t>(vg_) * 2;
+  h.k_residual = rk_.data() + i * static_cast<size_t>(res_cap_) * hd;
+  h.v_residual = rv_.data() + i * static_cast<size_t>(res_cap_) * hd;
+  h.hot_n = hot_n_.empty() ? 0 : hot_n_[i];
+  if (h.hot_n > 0) {
+    const size_t hb = i * static_cast<size_t>(hot_cap_);
+    h.hot_slot = hot_slot_.data() + hb;
+    h.hot_k = hk_.data() + hb * hd;
+    h.hot_v = hv_.data() + hb * hd;
+  }
+  return h;
+}
+
 void KvCache::read_rows(int layer, int seq, int head, int32_t begin, int32_t end, float* k, float* v) const {
   const size_t i = static_cast<size_t>(index(layer, seq, head)), hd = static_cast<size_t>(opts_.head_dim);
   if (!quantized() || begin >= end) return;

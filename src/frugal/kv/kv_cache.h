@@ -74,6 +74,26 @@ class KvCache {
   void read_rows(int layer, int seq, int head, float* k, float* v) const;
   // Rows [begin, end) only, written from k[0] / v[0] ([end - begin][head_dim]); quantized caches.
   void read_rows(int layer, int seq, int head, int32_t begin, int32_t end, float* k, float* v) const;
+  // The storage of one quantized head as it is, for kernels that dequantize it themselves (the CPU
+  // attention); read_rows() is their reference. Slots [0, cold) hold codes, [cold, size) FP16 rows;
+  // a hot slot (< cold) also has an FP16 copy, which read_rows() returns instead of its codes.
+  struct QuantHeadView {
+    int bits = 0;
+    int code_bytes = 0;                    // bytes of one row of codes
+    int32_t size = 0;
+    int32_t cold = 0;
+    const uint8_t* k_codes = nullptr;      // slot t at t * code_bytes
+    const uint16_t* k_params = nullptr;    // key group g at g * head_dim * 2: (step, min) per channel
+    const uint8_t* v_codes = nullptr;      // slot t at t * code_bytes
+    const uint16_t* v_params = nullptr;    // slot t at t * (head_dim / kKvGroup) * 2: (step, min) per group
+    const uint16_t* k_residual = nullptr;  // slot t >= cold at (t - cold) * head_dim
+    const uint16_t* v_residual = nullptr;
+    int32_t hot_n = 0;
+    const int32_t* hot_slot = nullptr;     // [hot_n]
+    const uint16_t* hot_k = nullptr;       // row r at r * head_dim
+    const uint16_t* hot_v = nullptr;
+  };
+  QuantHeadView quant_view(int layer, int seq, int head) const;
   // Tokens of one head held in FP16 (residual and hot rows); 0 when not quantized.
   int32_t fp16_tokens(int layer, int seq, int head) const;
   // hyquant: quantizes the residual of every head of (layer, seq) down to the recent window,

@@ -5,6 +5,7 @@
 #include <map>
 #include <unistd.h>
 
+#include "frugal/backend/cpu/repack.h"
 #include "frugal/model/architecture.h"
 
 namespace frugal {
@@ -41,6 +42,29 @@ void draw_progress(uint64_t done, uint64_t total) {
   if (done >= total) std::fprintf(stderr, "\n");
 }
 
+// Repacks, in place, every weight matrix whose CPU kernel prefers another layout; a tied output
+// shares its table with the embeddings and is repacked once.
+Status repack_for_cpu(GgufFile& file, ModelWeights& w) {
+  std::vector<WeightTensor*> all = {&w.token_embd, &w.output};
+  for (LayerWeights& l : w.layers) {
+    for (WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(t);
+  }
+  for (WeightTensor* t : all) {
+    const WeightLayout layout = cpu::preferred_layout(*t);
+    if (layout == WeightLayout::kRows) continue;
+    const void* old = t->data;
+    const uint64_t bytes = static_cast<uint64_t>(t->rows) * t->row_stride;
+    Status st = file.make_writable(old, bytes);
+    if (st.code() == ErrorCode::kNotSupported) return ok_status();  // a file in memory: keep its layout
+    FRUGAL_RETURN_IF_ERROR(st);
+    w.repacked_bytes += cpu::repack_in_place(*t, const_cast<void*>(old), layout);
+    for (WeightTensor* u : all) {
+      if (u != t && u->data == old && u->layout == WeightLayout::kRows) u->layout = layout;
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Model::~Model() = default;
@@ -67,6 +91,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelL
   if (!st.ok()) return st.with_context(path);
   if (!m->weights_.rope_freqs.empty()) m->config_.rope.freq_factors = m->weights_.rope_freqs.data();
   for (const auto& t : file->tensors()) m->weights_.bytes += t.nbytes;
+  if (opts.cpu_layouts) {
+    if (Status rs = repack_for_cpu(*file, m->weights_); !rs.ok()) return rs.with_context(path);
+  }
   m->file_ = std::move(file);
   m->ws_ = std::make_unique<Workspace>();
   return m;

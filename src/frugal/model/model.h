@@ -53,6 +53,9 @@ struct ModelWeights {
   std::vector<float> rope_freqs;       // [n_rot/2] or empty
   std::vector<LayerWeights> layers;
   uint64_t bytes = 0;                  // bytes of all weight tensors
+  // Of those, bytes rearranged at load for the CPU kernels (ModelLoadOptions::cpu_layouts). They
+  // are rewritten in place: each repacked page replaces the file's page in memory, no copy is kept.
+  uint64_t repacked_bytes = 0;
 };
 
 // One step's worth of tokens, possibly from several sequences. Tokens of one sequence must appear
@@ -72,6 +75,9 @@ struct Batch {
 
 struct ModelLoadOptions {
   bool progress = false;  // draw a progress bar on stderr while touching the file
+  // Repack weights in place where a CPU kernel reads another layout faster (backend/cpu/repack.h).
+  // Only for a model run by the CPU backend: other backends read the file's layout.
+  bool cpu_layouts = false;
 };
 
 class Model {

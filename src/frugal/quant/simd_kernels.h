@@ -114,6 +114,33 @@ void gemm_q4_0_panels(int64_t n, const void* panels, int64_t rows, const void* a
 // Whether gemm_q4_0_panels runs the VNNI kernel here (else a scalar loop).
 bool q4_0_panels_are_fast();
 
+// simd_q4_0x8.cc: Q4_0 rows repacked in groups of 8 for one-token products (AVX2). A group of 8
+// rows of n elements (n a multiple of 32) becomes n / 32 BlockQ4_0x8, the same bytes as the 8
+// rows: per block, the 8 rows' scales, then 4 steps of 8 rows x 4 code bytes (row r's bytes
+// 4k..4k+3 at qs[32k + 4r]), so one 256-bit load holds 8 codes of each of 8 rows.
+inline constexpr int kQ4x8Rows = 8;
+struct BlockQ4_0x8 {
+  uint16_t d[8];    // fp16 scales of rows 0..7
+  uint8_t qs[128];  // qs[32k + 4r + i] = row r's qs[4k + i], k in 0..3, i in 0..3
+};
+static_assert(sizeof(BlockQ4_0x8) == 8 * 18, "a group holds exactly the bytes of its 8 Q4_0 rows");
+// In place: 8 consecutive Q4_0 rows of n elements at rows8 become the group layout.
+void repack_q4_0x8(void* rows8, int64_t n);
+// Row r (0..7) of a group as floats (the scalar reference of the layout: equals to_float_q4_0 of
+// the row before repacking, exactly).
+void to_float_q4_0x8_row(const void* group, int r, int64_t n, float* dst);
+// All 8 rows of a group as floats: row r at dst + r * ld.
+void to_float_q4_0x8(const void* group, int64_t n, float* dst, int64_t ld);
+// y[8g + r] = dot(row r of group g, activation row in the Q8 group layout), g < n_groups; groups
+// follow each other (n / 32 blocks apart). Equals the Q4_0 x Q8_0 dot of the row up to float
+// summation order.
+void gemv_q4_0x8(int64_t n, const void* groups, int64_t n_groups, const void* act, float* y);
+// Whether gemv_q4_0x8 runs the AVX2 kernel here (else a scalar loop).
+bool q4_0x8_is_fast();
+// Whether repacking pays here: the dispatched target is AVX2 (measured faster than the row kernel
+// of simd_q4_0_gemv.cc there; AVX-512 keeps the row layout and its own kernels).
+bool q4_0x8_repack_wins();
+
 #undef FRUGAL_FAST_TO_FLOAT
 #undef FRUGAL_FAST_FROM_FLOAT
 #undef FRUGAL_FAST_VEC_DOT

@@ -29,74 +29,22 @@ struct AttentionJob {
   const AlignedBuffer* scratch;  // [thread]
 };
 
-float dot(const float* a, const float* b, int n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // independent lanes, so the loop vectorizes
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+// A quantized head read block by block: [k0, k0 + nk) is dequantized with SIMD straight from the
+// cache's codes into the tile's float block (it stays in L1), which the online softmax then shares
+// across the tile's rows, as it does an F16 block. Head sizes the SIMD loader does not take go
+// through read_rows, its reference.
+struct QuantHead {
+  const KvCache* kv;
+  KvCache::QuantHeadView view;
+  int layer, seq, head, head_dim;
+};
 
-// Online-softmax attention of one tile over a quantized head: each block of kAttentionKeyBlock keys
-// is dequantized into a small per-thread buffer (it stays in L1) and used at once by every row of
-// the tile, so full-precision K/V never exist beyond one block.
-void quantized_tile(const AttentionTile& t, const KvCache& kv, int layer, int seq, int head) {
-  const int hd = t.head_dim, rows = t.n_tokens * t.n_rep;
-  const size_t blk = static_cast<size_t>(kAttentionKeyBlock) * hd;
-  thread_local std::vector<float> buf;
-  if (buf.size() < 2 * blk + static_cast<size_t>(rows) * (hd + 2 + kAttentionKeyBlock)) {
-    buf.resize(2 * blk + static_cast<size_t>(rows) * (hd + 2 + kAttentionKeyBlock));
-  }
-  float* kb = buf.data();
-  float* vb = kb + blk;
-  float* acc = vb + blk;                                   // [rows][hd]
-  float* m = acc + static_cast<size_t>(rows) * hd;         // [rows] running max
-  float* l = m + rows;                                     // [rows] running sum
-  float* sc = l + rows;                                    // [rows][block] scores
-  std::fill(acc, acc + static_cast<size_t>(rows) * hd, 0.f);
-  std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
-  std::fill(l, l + rows, 0.f);
-  for (int32_t b = 0; b < t.n_keys; b += kAttentionKeyBlock) {
-    const int32_t e = std::min(t.n_keys, b + kAttentionKeyBlock);
-    kv.read_rows(layer, seq, head, b, e, kb, vb);
-    for (int r = 0; r < rows; ++r) {
-      const int ti = r / t.n_rep;
-      const float* q = t.q + ti * t.token_stride + static_cast<int64_t>(r % t.n_rep) * hd;
-      const int32_t qp = t.qpos[ti];
-      float* s = sc + static_cast<size_t>(r) * kAttentionKeyBlock;
-      float mb = -std::numeric_limits<float>::infinity();
-      for (int32_t j = b; j < e; ++j) {
-        const int32_t kp = t.kpos[j];
-        const bool seen = kp <= qp && !(t.window > 0 && kp <= qp - t.window);
-        s[j - b] = seen ? dot(q, kb + static_cast<size_t>(j - b) * hd, hd) * t.scale
-                        : -std::numeric_limits<float>::infinity();
-        mb = std::max(mb, s[j - b]);
-      }
-      if (mb == -std::numeric_limits<float>::infinity()) continue;
-      const float mn = std::max(m[r], mb);
-      const float corr = std::exp(m[r] - mn);
-      float* a = acc + static_cast<size_t>(r) * hd;
-      if (corr != 1.f) {
-        for (int c = 0; c < hd; ++c) a[c] *= corr;
-      }
-      l[r] *= corr;
-      m[r] = mn;
-      for (int32_t j = b; j < e; ++j) {
-        if (s[j - b] == -std::numeric_limits<float>::infinity()) continue;
-        const float w = std::exp(s[j - b] - mn);
-        l[r] += w;
-        const float* v = vb + static_cast<size_t>(j - b) * hd;
-        for (int c = 0; c < hd; ++c) a[c] += w * v[c];
-      }
-    }
-  }
-  for (int r = 0; r < rows; ++r) {
-    float* o = t.out + (r / t.n_rep) * t.token_stride + static_cast<int64_t>(r % t.n_rep) * hd;
-    const float inv = l[r] > 0 ? 1.f / l[r] : 0.f;  // nothing visible: zeros
-    for (int c = 0; c < hd; ++c) o[c] = acc[static_cast<size_t>(r) * hd + c] * inv;
+void load_quant_block(const void* ctx, int32_t k0, int32_t nk, float* k, float* v) {
+  const auto& h = *static_cast<const QuantHead*>(ctx);
+  if (h.head_dim % kKvGroup == 0 && h.head_dim <= kMaxQuantHeadDim) {
+    dequant_kv_block(h.view, h.head_dim, k0, nk, k, v);
+  } else {
+    h.kv->read_rows(h.layer, h.seq, h.head, k0, k0 + nk, k, v);
   }
 }
 
@@ -125,12 +73,14 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
       t.kpos = j.kv->positions(j.layer, s, it.group);
       t.n_keys = j.kv->size(j.layer, s, it.group);
       if (j.kv->quantized()) {
-        quantized_tile(t, *j.kv, j.layer, s, it.group);
+        const QuantHead qh{j.kv, j.kv->quant_view(j.layer, s, it.group), j.layer, s, it.group, p.head_dim};
+        t.load_block = load_quant_block;
+        t.load_ctx = &qh;
+        attention_tile(t, static_cast<float*>(j.scratch[thread].data()));
         continue;
-      } else {
-        t.k = j.kv->keys(j.layer, s, it.group);
-        t.v = j.kv->values(j.layer, s, it.group);
       }
+      t.k = j.kv->keys(j.layer, s, it.group);
+      t.v = j.kv->values(j.layer, s, it.group);
     }
     // With no keys (or an invalid sequence) the tile writes zeros.
     attention_tile(t, static_cast<float*>(j.scratch[thread].data()));

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "frugal/backend/cpu/simd_ops.h"
+#include "frugal/quant/simd_kernels.h"
 #include "frugal/quant/type_traits.h"
 
 namespace frugal {
@@ -53,6 +54,12 @@ void CpuBackend::get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, 
       if (id < 0 || id >= w.rows || (to_float == nullptr && w.type != DType::kF32)) {
         // Out-of-range ids were rejected by the caller; never read outside the tensor.
         std::fill(dst, dst + cols, 0.f);
+        continue;
+      }
+      if (w.layout == WeightLayout::kQ4_0x8) {
+        const int64_t g = id / quant::fast::kQ4x8Rows;
+        quant::fast::to_float_q4_0x8_row(base + static_cast<size_t>(g * quant::fast::kQ4x8Rows) * w.row_stride,
+                                         id % quant::fast::kQ4x8Rows, cols, dst);
         continue;
       }
       const uint8_t* src = base + static_cast<size_t>(id) * w.row_stride;

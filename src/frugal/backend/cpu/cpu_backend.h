@@ -63,6 +63,8 @@ class CpuBackend final : public Backend {
   // matmul of F32/F16/BF16 weights with a batch, through the packed F32 kernel.
   void matmul_float(const WeightTensor& w, const TypeTraits* tt, const float* x, int64_t n, float* y,
                     const float* bias);
+  // matmul of Q4_0 weights in the 8-row group layout.
+  void matmul_q4_0x8(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias);
   // matmul through to_float + float dots, for types without a dot kernel.
   void matmul_dequant(const WeightTensor& w, const TypeTraits* tt, const float* x, int64_t n, float* y,
                       const float* bias);

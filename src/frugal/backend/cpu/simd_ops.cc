@@ -102,6 +102,28 @@ void F16ToF32(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = fp16_to_f32(src[i]);
 }
 
+// XOR of every 64-bit word in [p, p + n) (n a multiple of 4 vectors' worth is not required):
+// four independent accumulators keep enough loads in flight to saturate memory.
+uint64_t ReadXor(const uint64_t* p, int64_t n) {
+  const hn::ScalableTag<uint64_t> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    a0 = hn::Xor(a0, hn::LoadU(d, p + i));
+    a1 = hn::Xor(a1, hn::LoadU(d, p + i + N));
+    a2 = hn::Xor(a2, hn::LoadU(d, p + i + 2 * N));
+    a3 = hn::Xor(a3, hn::LoadU(d, p + i + 3 * N));
+  }
+  a0 = hn::Xor(hn::Xor(a0, a1), hn::Xor(a2, a3));
+  alignas(64) uint64_t lanes[HWY_MAX_BYTES / sizeof(uint64_t)];
+  hn::Store(a0, d, lanes);
+  uint64_t r = 0;
+  for (int64_t l = 0; l < N; ++l) r ^= lanes[l];
+  for (; i < n; ++i) r ^= p[i];
+  return r;
+}
+
 void RopeToken(float* x, int64_t n_heads, int64_t head_dim, int n_rot, bool neox,
                const float* cos_t, const float* sin_t) {
   const DF d;
@@ -138,6 +160,109 @@ void RopeToken(float* x, int64_t n_heads, int64_t head_dim, int n_rot, bool neox
         xh[2 * i + 1] = x0 * sin_t[i] + x1 * cos_t[i];
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized KV rows to floats (KIVI layout, kv/kv_quant.h), computed as KvCache::read_rows does
+// (min + code * step), a vector of channels at a time.
+
+// One row of codes as one byte per channel: 8-bit rows as they are, 4-bit rows split (byte j holds
+// channel 2j in its low nibble, 2j + 1 in its high nibble). head_dim is a multiple of kKvGroup.
+const uint8_t* CodesRow(const uint8_t* q, int bits, int dim, uint8_t* tmp) {
+  if (bits == 8) return q;
+#if HWY_TARGET == HWY_SCALAR
+  for (int j = 0; j < dim / 2; ++j) {
+    tmp[2 * j] = q[j] & 0x0F;
+    tmp[2 * j + 1] = q[j] >> 4;
+  }
+#else
+  const hn::Full128<uint8_t> d8;
+  const auto m4 = hn::Set(d8, uint8_t{0x0F});
+  for (int j = 0; j < dim / 2; j += 16) {
+    const auto b = hn::LoadU(d8, q + j);
+    const auto lo = hn::And(b, m4);
+    const auto hi = hn::ShiftRight<4>(b);
+    hn::StoreU(hn::InterleaveLower(lo, hi), d8, tmp + 2 * j);
+    hn::StoreU(hn::InterleaveUpper(d8, lo, hi), d8, tmp + 2 * j + 16);
+  }
+#endif
+  return tmp;
+}
+
+// out[c] = lo[c] + code[c] * step[c] for c < dim (lo and step vectors of channels, or one value
+// per group of kKvGroup channels when per_group).
+template <bool kPerGroup>
+HWY_INLINE void DequantRow(const uint8_t* codes, const float* lo, const float* step, int dim, float* out) {
+  const DF d;
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  const int N = static_cast<int>(hn::Lanes(d));
+  int c = 0;
+  if (kKvGroup % N == 0) {
+    for (; c + N <= dim; c += N) {
+      const auto x = hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, codes + c)));
+      const auto l = kPerGroup ? hn::Set(d, lo[c / kKvGroup]) : hn::LoadU(d, lo + c);
+      const auto s = kPerGroup ? hn::Set(d, step[c / kKvGroup]) : hn::LoadU(d, step + c);
+      hn::StoreU(hn::MulAdd(x, s, l), d, out + c);
+    }
+  }
+  for (; c < dim; ++c) {
+    const int pi = kPerGroup ? c / kKvGroup : c;
+    out[c] = lo[pi] + static_cast<float>(codes[c]) * step[pi];
+  }
+}
+
+void DequantKvBlock(const KvCache::QuantHeadView& h, int dim, int32_t k0, int32_t nk, float* k, float* v) {
+  const int32_t end = k0 + nk;
+  const int32_t qend = std::min(end, h.cold);
+  alignas(64) uint8_t tmp[kMaxQuantHeadDim];
+  alignas(64) float pf[2 * kMaxQuantHeadDim];
+  alignas(64) float step[kMaxQuantHeadDim];
+  alignas(64) float lo[kMaxQuantHeadDim];
+  // Keys: (step, min) per channel, shared by the kKvGroup slots of a group.
+  for (int32_t t = k0; t < qend;) {
+    const int32_t g = t / kKvGroup;
+    const int32_t ge = std::min(qend, (g + 1) * kKvGroup);
+    F16ToF32(h.k_params + static_cast<size_t>(g) * dim * 2, pf, 2 * dim);
+    for (int c = 0; c < dim; ++c) {
+      step[c] = pf[2 * c];
+      lo[c] = pf[2 * c + 1];
+    }
+    for (; t < ge; ++t) {
+      const uint8_t* q = CodesRow(h.k_codes + static_cast<size_t>(t) * h.code_bytes, h.bits, dim, tmp);
+      DequantRow<false>(q, lo, step, dim, k + static_cast<size_t>(t - k0) * dim);
+    }
+  }
+  // Values: (step, min) per group of kKvGroup channels of each slot, converted for the whole block
+  // at once (they are consecutive) in pieces that fit pf.
+  const int vg = dim / kKvGroup;
+  for (int32_t t0 = k0; t0 < qend;) {
+    const int32_t t1 = std::min<int32_t>(qend, t0 + kMaxQuantHeadDim / vg);
+    F16ToF32(h.v_params + static_cast<size_t>(t0) * vg * 2, pf, static_cast<int64_t>(t1 - t0) * vg * 2);
+    for (int32_t t = t0; t < t1; ++t) {
+      const float* p = pf + static_cast<size_t>(t - t0) * vg * 2;
+      for (int g = 0; g < vg; ++g) {
+        step[g] = p[2 * g];
+        lo[g] = p[2 * g + 1];
+      }
+      const uint8_t* q = CodesRow(h.v_codes + static_cast<size_t>(t) * h.code_bytes, h.bits, dim, tmp);
+      DequantRow<true>(q, lo, step, dim, v + static_cast<size_t>(t - k0) * dim);
+    }
+    t0 = t1;
+  }
+  // The FP16 residual, then FP16 copies of hot slots over their codes.
+  const int32_t r0 = std::max(k0, h.cold);
+  if (end > r0) {
+    const size_t off = static_cast<size_t>(r0 - h.cold) * dim, n = static_cast<size_t>(end - r0) * dim;
+    F16ToF32(h.k_residual + off, k + static_cast<size_t>(r0 - k0) * dim, static_cast<int64_t>(n));
+    F16ToF32(h.v_residual + off, v + static_cast<size_t>(r0 - k0) * dim, static_cast<int64_t>(n));
+  }
+  for (int32_t r = 0; r < h.hot_n; ++r) {
+    const int32_t sl = h.hot_slot[r];
+    if (sl < k0 || sl >= qend) continue;
+    F16ToF32(h.hot_k + static_cast<size_t>(r) * dim, k + static_cast<size_t>(sl - k0) * dim, dim);
+    F16ToF32(h.hot_v + static_cast<size_t>(r) * dim, v + static_cast<size_t>(sl - k0) * dim, dim);
   }
 }
 
@@ -343,7 +468,11 @@ void AttentionTileImpl(const AttentionTile& a, float* scratch) {
     const float* kb;
     const float* vb;
     const size_t off = static_cast<size_t>(k0) * dim;
-    if (a.f16) {
+    if (a.load_block != nullptr) {
+      a.load_block(a.load_ctx, k0, nk, ts.kf, ts.vf);
+      kb = ts.kf;
+      vb = ts.vf;
+    } else if (a.f16) {
       F16ToF32(static_cast<const uint16_t*>(a.k) + off, ts.kf, static_cast<int64_t>(nk) * dim);
       F16ToF32(static_cast<const uint16_t*>(a.v) + off, ts.vf, static_cast<int64_t>(nk) * dim);
       kb = ts.kf;
@@ -382,6 +511,8 @@ HWY_EXPORT(Add);
 HWY_EXPORT(DotF32);
 HWY_EXPORT(F16ToF32);
 HWY_EXPORT(RopeToken);
+HWY_EXPORT(ReadXor);
+HWY_EXPORT(DequantKvBlock);
 HWY_EXPORT(AttentionTileImpl);
 HWY_EXPORT(TargetName);
 
@@ -394,6 +525,10 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
 void add(float* x, const float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Add)(x, y, n); }
 float dot_f32(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n); }
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(F16ToF32)(src, dst, n); }
+uint64_t read_xor(const uint64_t* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(ReadXor)(p, n); }
+void dequant_kv_block(const KvCache::QuantHeadView& h, int head_dim, int32_t k0, int32_t nk, float* k, float* v) {
+  HWY_DYNAMIC_DISPATCH(DequantKvBlock)(h, head_dim, k0, nk, k, v);
+}
 void rope_token(float* x, int64_t n_heads, int64_t head_dim, int n_rot, bool neox,
                 const float* cos_t, const float* sin_t) {
   HWY_DYNAMIC_DISPATCH(RopeToken)(x, n_heads, head_dim, n_rot, neox, cos_t, sin_t);

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "frugal/kv/kv_cache.h"
+
 namespace frugal::cpu {
 
 // Per row of `dim` floats: y = x / sqrt(mean(x^2) + eps) * w. In place allowed.
@@ -15,6 +17,8 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void add(float* x, const float* y, int64_t n);
 // Sum of a[i] * b[i], accumulated in float vectors.
 float dot_f32(const float* a, const float* b, int64_t n);
+// XOR of the words p[0, n): a pure streaming read (the memory bandwidth probe).
+uint64_t read_xor(const uint64_t* p, int64_t n);
 // IEEE binary16 bits to float.
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 
@@ -39,7 +43,18 @@ struct AttentionTile {
   int head_dim = 0;
   float scale = 1.f;
   int32_t window = 0;
+  // For caches stored in another form (quantized): writes keys and values [k0, k0 + nk) of the
+  // head as floats ([nk][head_dim] each) into k and v; k and v above are then unused. The block
+  // is converted once and shared by every row of the tile, as F16 blocks are.
+  void (*load_block)(const void* ctx, int32_t k0, int32_t nk, float* k, float* v) = nullptr;
+  const void* load_ctx = nullptr;
 };
+
+// Slots [k0, k0 + nk) of a quantized KV head as floats, [nk][head_dim] into k and v: the same
+// values as KvCache::read_rows (codes, FP16 residual, FP16 copies of hot slots), converted a
+// vector at a time. head_dim must be a multiple of kKvGroup and at most kMaxQuantHeadDim.
+inline constexpr int kMaxQuantHeadDim = 512;
+void dequant_kv_block(const KvCache::QuantHeadView& h, int head_dim, int32_t k0, int32_t nk, float* k, float* v);
 
 // Keys handled per step of the online softmax.
 inline constexpr int kAttentionKeyBlock = 64;
