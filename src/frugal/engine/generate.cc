@@ -1,6 +1,7 @@
 #include "frugal/engine/generate.h"
 
 #include "frugal/core/parse_size.h"
+#include "frugal/engine/sequence_kv.h"
 
 #include <cctype>
 #include <chrono>
@@ -47,16 +48,16 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   FRUGAL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(opts.sampling, static_cast<int32_t>(cfg.n_vocab)));
   const int32_t prompt_len = static_cast<int32_t>(prompt.size());
   const int32_t trace_len = opts.n_predict >= 0 ? std::min(n_ctx, prompt_len + opts.n_predict) : n_ctx;
-  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvEvictor> evictor, KvEvictor::create(opts.kv_policy, trace_len, prompt_len));
-  KvCacheOptions kvo = model.kv_options(1, evictor->capacity(prompt_len, n_ctx), opts.kv_dtype);
-  kvo.quant = opts.kv_policy.quant;
-  if (kvo.quant == KvQuant::kHyQuant) kvo.residual = 2 * kKvGroup + opts.n_batch;  // one prefill chunk
-  if (opts.kv_policy.memory > 0) {
-    FRUGAL_ASSIGN_OR_RETURN(kvo.capacity, evictor->fit_memory(kvo, prompt_len, trace_len));
-  }
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(kvo));
-  evictor->begin(kv, 0, prompt_len);
-  AttentionObserver* observer = evictor->attention_observer();
+  SequenceKvShape shape;
+  shape.prompt_len = prompt_len;
+  shape.trace_len = trace_len;
+  shape.n_ctx = n_ctx;
+  shape.n_batch = opts.n_batch;
+  shape.dtype = opts.kv_dtype;
+  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<SequenceKv> state, make_sequence_kv(model, opts.kv_policy, shape));
+  KvCache& kv = state->cache;
+  KvEvictor* evictor = state->evictor.get();
+  AttentionObserver* observer = state->observer();
 
   GenerateResult res;
   res.prompt_tokens = prompt;
