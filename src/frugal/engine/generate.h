@@ -8,6 +8,7 @@
 
 #include "frugal/backend/backend.h"
 #include "frugal/decode/sampler.h"
+#include "frugal/engine/request.h"
 #include "frugal/kv/eviction.h"
 #include "frugal/model/model.h"
 #include "frugal/tokenize/tokenizer.h"
@@ -24,16 +25,6 @@ struct GenerateOptions {
   DType kv_dtype = DType::kF16;
   KvPolicyOptions kv_policy;   // eviction between decode steps (default `full`: none), KV
                                // quantization (kv_policy.quant) and memory budget (kv_policy.memory)
-};
-
-// Phase timings shared by `run --json`, `bench` and the server's request log.
-struct Timings {
-  double prefill_ms = 0;
-  double decode_ms = 0;
-  int64_t prefill_tokens = 0;
-  int64_t decode_tokens = 0;  // forward passes during decode
-  double prefill_tok_s() const { return prefill_ms > 0 ? prefill_tokens * 1000.0 / prefill_ms : 0; }
-  double decode_tok_s() const { return decode_ms > 0 ? decode_tokens * 1000.0 / decode_ms : 0; }
 };
 
 struct GenerateResult {
