@@ -1,5 +1,7 @@
-// Single-sequence generation: prefill the prompt in chunks, then decode token by token with a
-// sampler, stop rules and streamed, valid-UTF-8 text. `frugal run` and `frugal bench` use it.
+// One sequence through the engine (engine.h) as a batch of one: the same loop, stop rules, KV
+// state and timings as a request to `frugal serve`, with the options `frugal run` and `frugal eval`
+// name. Also the home of those options' names (set_generate_option), which the CLI's engine flags
+// and `eval --set/--sweep` share.
 #pragma once
 
 #include <functional>
@@ -31,13 +33,14 @@ struct GenerateResult {
   std::string text;
   std::vector<TokenId> prompt_tokens;
   std::vector<TokenId> tokens;        // generated, including a final EOS if one was sampled
-  std::string stop_reason;            // "eos", "stop", "length", "context"
+  std::string stop_reason;            // finish_reason_name(): "eos", "stop", "length", "context", "cancelled"
   Timings timings;
   uint64_t kv_bytes = 0;              // KV cache reserved for this generation
   KvEvictionStats kv_eviction;        // rounds, their time, peak live KV bytes
 };
 
-// Called with each newly completed piece of text; return false to stop early.
+// Called with each newly completed piece of text (never part of a stop string); return false to
+// stop early ("cancelled").
 using TextCallback = std::function<bool(const std::string&)>;
 
 Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& backend,
