@@ -55,6 +55,13 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   if (opts.kv_dtype != DType::kF16 && opts.kv_dtype != DType::kF32) {
     return error(ErrorCode::kInvalidArgument, "engine: the KV cache type must be f16 or f32");
   }
+  FRUGAL_RETURN_IF_ERROR(validate(opts.kv));
+  if (needs_own_kv(opts.kv) && backend.name() != "cpu") {
+    return error(ErrorCode::kNotSupported,
+                 "kv policy '{}' with kv-quant {}: the {} backend keeps every token in an unquantized cache; "
+                 "eviction and KV quantization run on the cpu backend",
+                 opts.kv.policy, kv_quant_name(opts.kv.quant), backend.name());
+  }
   const int64_t train = cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096;
   int64_t capacity = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(train, 4096);
   if (opts.kv_memory > 0) {

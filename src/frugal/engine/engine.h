@@ -72,6 +72,8 @@ class Engine {
 
   EngineStats stats() const;
   int32_t context_per_sequence() const { return slot_capacity_; }
+  // The KV policy of a request that names none (EngineOptions::kv).
+  const KvPolicyOptions& default_kv() const { return opts_.kv; }
   const Tokenizer& tokenizer() const { return tok_; }
   const Model& model() const { return model_; }
   // Stops the loop; running and waiting requests finish as cancelled.
