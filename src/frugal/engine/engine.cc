@@ -486,6 +486,8 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
     if (r.admitted >= 0 && reason != FinishReason::kError) (void)r.own->evictor->step(r.own->cache, 0);
     f.kv = r.own->evictor->stats();
     f.kv_bytes = r.own->cache.reserved_bytes();
+    f.kv_policy = r.own->evictor->policy().name();
+    f.kv_quant = r.own->cache.options().quant;
   } else {
     const int slot = sched_.slot_of(id);
     if (slot >= 0) f.kv.peak_used_bytes = slot_used_bytes(slot);

@@ -91,6 +91,8 @@ struct FinishedRequest {
   RequestTimings timings;
   uint64_t kv_bytes = 0;         // KV reserved for this sequence (its share of the slots, or its own)
   KvEvictionStats kv;            // eviction rounds and their time, peak live KV bytes
+  std::string kv_policy = "full";  // the request's KV policy and quantization
+  KvQuant kv_quant = KvQuant::kNone;
 };
 
 // What a reader gets: text and tokens since the previous read, and the end once there is one.
