@@ -1,6 +1,7 @@
 // The engine loop on a tiny random model: batched, chunked and prefix-cached runs must give the
-// tokens the single-sequence generate() gives (the independent reference), and admission,
-// cancellation and limits must behave as documented.
+// tokens the same request gets alone (generate(): a batch of one, on a Model and backend of its
+// own), and admission, cancellation and limits must behave as documented. The independent oracle
+// of that batch of one is llama.cpp and the float64 reference (tests/model).
 #include "frugal/engine/engine.h"
 #include "frugal/engine/generate.h"
 
@@ -99,7 +100,7 @@ class EngineTest : public ::testing::Test {
     return *r;
   }
 
-  // The reference: single-sequence generate() with the same prompt and options.
+  // The reference: the request alone (generate()) with the same prompt and options.
   GenerateResult reference(const std::vector<TokenId>& p, int n, const SamplingParams& s = greedy(),
                            const KvPolicyOptions& kv = {}, bool ignore_eos = false) {
     GenerateOptions go;
