@@ -153,7 +153,7 @@ int bench(const BenchArgs& a) {
   // bench measures the cache as configured (type, quantization) but keeps every token: no eviction.
   if (engine_opts.kv_policy.policy != "full") {
     return fail(cmd, "--kv-policy " + engine_opts.kv_policy.policy +
-                         ": bench keeps every token (full); eviction runs in `frugal run` and `frugal eval`");
+                         ": bench keeps every token (full); eviction runs in `frugal run`, `frugal eval` and `frugal serve`");
   }
   if (engine_opts.kv_policy.memory > 0) {
     return fail(cmd, "--kv-memory: bench sizes the cache to each test (depth + prompt + generated tokens)");

@@ -1,7 +1,9 @@
 // The engine loop on a tiny random model: batched, chunked and prefix-cached runs must give the
-// tokens the single-sequence generate() gives (the independent reference), and admission,
-// cancellation and limits must behave as documented.
+// tokens the same request gets alone (generate(): a batch of one, on a Model and backend of its
+// own), and admission, cancellation and limits must behave as documented. The independent oracle
+// of that batch of one is llama.cpp and the float64 reference (tests/model).
 #include "frugal/engine/engine.h"
+#include "frugal/engine/generate.h"
 
 #include <gtest/gtest.h>
 
@@ -98,12 +100,15 @@ class EngineTest : public ::testing::Test {
     return *r;
   }
 
-  // The reference: single-sequence generate() with the same prompt and options.
-  GenerateResult reference(const std::vector<TokenId>& p, int n, const SamplingParams& s = greedy()) {
+  // The reference: the request alone (generate()) with the same prompt and options.
+  GenerateResult reference(const std::vector<TokenId>& p, int n, const SamplingParams& s = greedy(),
+                           const KvPolicyOptions& kv = {}, bool ignore_eos = false) {
     GenerateOptions go;
     go.n_predict = n;
     go.n_ctx = 256;
     go.sampling = s;
+    go.kv_policy = kv;
+    go.ignore_eos = ignore_eos;
     auto r = generate(*ref_model_, *tok_, *ref_backend_, p, go);
     EXPECT_TRUE(r.ok()) << r.status().message();
     return *r;
@@ -151,6 +156,80 @@ TEST_F(EngineTest, ConcurrentGreedyRequestsMatchGenerate) {
     EXPECT_EQ(c.fin.generated_tokens, static_cast<int64_t>(ref.tokens.size()));
     EXPECT_EQ(c.fin.reason, ref.stop_reason == "eos" ? FinishReason::kEos : FinishReason::kLength);
   }
+}
+
+// Every eviction policy and KV quantization, chosen per request, in one batch beside a
+// keep-everything request: each sequence gets the tokens it gets alone, with the same rounds.
+TEST_F(EngineTest, EveryKvPolicyAndQuantizationPerRequestMatchesGenerate) {
+  struct Case {
+    std::string policy;
+    KvQuant quant;
+    bool protect;
+  };
+  const std::vector<Case> cases = {{"full", KvQuant::kNone, false},   {"window", KvQuant::kNone, false},
+                                   {"random", KvQuant::kNone, true},  {"snapkv", KvQuant::kNone, false},
+                                   {"h2o", KvQuant::kNone, false},    {"tova", KvQuant::kNone, true},
+                                   {"rkv", KvQuant::kNone, false},    {"full", KvQuant::kInt8, false},
+                                   {"full", KvQuant::kInt4, false},   {"full", KvQuant::kHyQuant, false},
+                                   {"random", KvQuant::kInt4, false}, {"snapkv", KvQuant::kHyQuant, true}};
+  const auto p = prompt("Once upon a time there was a little red fox who");
+  EngineOptions o;
+  o.n_parallel = 4;  // twelve requests and one more: they wait, join and leave the batch
+  auto e = engine(o);
+  std::vector<KvPolicyOptions> kvs;
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  auto plain = *e->submit(request(prompt("beside them"), 30));
+  for (const Case& c : cases) {
+    KvPolicyOptions kv;
+    kv.policy = c.policy;
+    kv.quant = c.quant;
+    kv.protect_prompt = c.protect;
+    if (c.policy != "full") {
+      kv.budget = 20;
+      kv.buffer = 6;
+    }
+    RequestOptions r = request(p, 60);
+    r.kv = kv;
+    r.ignore_eos = true;
+    auto h = e->submit(r);
+    ASSERT_TRUE(h.ok()) << c.policy << ": " << h.status().message();
+    kvs.push_back(kv);
+    hs.push_back(*h);
+  }
+  collect(*plain);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string what = cases[i].policy + " " + kv_quant_name(cases[i].quant);
+    const Collected c = collect(*hs[i]);
+    const GenerateResult ref = reference(p, 60, greedy(), kvs[i], /*ignore_eos=*/true);
+    EXPECT_EQ(c.tokens, ref.tokens) << what;
+    EXPECT_EQ(c.text, ref.text) << what;
+    EXPECT_EQ(c.fin.kv.rounds, ref.kv_eviction.rounds) << what;
+    EXPECT_EQ(c.fin.kv_bytes, ref.kv_bytes) << what;
+    if (cases[i].policy != "full") {
+      EXPECT_GT(c.fin.kv.rounds, 0) << what;
+      EXPECT_EQ(c.fin.kv.budget, 20) << what;
+    }
+  }
+}
+
+TEST_F(EngineTest, BadPerRequestKvPolicyIsRefusedAtSubmit) {
+  auto e = engine();
+  RequestOptions r = request(prompt("hello"), 4);
+  r.kv = KvPolicyOptions{};
+  r.kv->policy = "lru";
+  auto bad = e->submit(r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("lru"), std::string::npos) << bad.status().message();
+  r.kv->policy = "random";
+  r.kv->budget = 8;
+  r.kv->buffer = 16;  // a budget must exceed the buffer
+  auto small = e->submit(r);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), ErrorCode::kInvalidArgument);
+  // The engine keeps serving.
+  const Collected c = collect(**e->submit(request(prompt("hello"), 4)));
+  EXPECT_EQ(c.fin.reason == FinishReason::kEos || c.fin.reason == FinishReason::kLength, true);
 }
 
 TEST_F(EngineTest, ChunkedPrefillMatchesGenerate) {

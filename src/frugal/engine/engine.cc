@@ -31,6 +31,8 @@ struct Engine::Active {
   Detokenizer detok;
   std::optional<JsonMatcher> matcher;
   std::optional<JsonMatcher> scratch;
+  std::unique_ptr<SequenceKv> own;  // its own KV state, or null: rows in the shared slot cache
+  std::vector<float> own_logits;    // [n_vocab] the last row of its own forward pass
   double arrival = 0, admitted = -1, first_token = -1, last_token = -1;
   int64_t cached = 0, prefill_tokens = 0, decode_forwards = 0, generated = 0;
 };
@@ -52,6 +54,13 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   if (opts.max_waiting < 0) return error(ErrorCode::kInvalidArgument, "engine: max_waiting must be >= 0");
   if (opts.kv_dtype != DType::kF16 && opts.kv_dtype != DType::kF32) {
     return error(ErrorCode::kInvalidArgument, "engine: the KV cache type must be f16 or f32");
+  }
+  FRUGAL_RETURN_IF_ERROR(validate(opts.kv));
+  if (needs_own_kv(opts.kv) && backend.name() != "cpu") {
+    return error(ErrorCode::kNotSupported,
+                 "kv policy '{}' with kv-quant {}: the {} backend keeps every token in an unquantized cache; "
+                 "eviction and KV quantization run on the cpu backend",
+                 opts.kv.policy, kv_quant_name(opts.kv.quant), backend.name());
   }
   const int64_t train = cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096;
   int64_t capacity = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(train, 4096);
@@ -146,8 +155,33 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
   if (req.logprobs > 20) {
     return error(ErrorCode::kInvalidArgument, "logprobs: at most 20 alternatives per token, not {}", req.logprobs);
   }
+  const KvPolicyOptions kv = req.kv ? *req.kv : opts_.kv;
+  FRUGAL_RETURN_IF_ERROR(validate(kv));
+  std::unique_ptr<SequenceKv> own;
+  if (needs_own_kv(kv)) {
+    // A device-resident cache (cuda) is one keep-everything F16 cache for all slots.
+    if (backend_.name() != "cpu") {
+      return error(ErrorCode::kNotSupported,
+                   "kv policy '{}' with kv-quant {}: the {} backend keeps every token in an unquantized cache; "
+                   "eviction and KV quantization run on the cpu backend",
+                   kv.policy, kv_quant_name(kv.quant), backend_.name());
+    }
+    // Built now, so an impossible budget is the submitter's error, not a failure mid-run.
+    SequenceKvShape shape;
+    shape.prompt_len = static_cast<int32_t>(req.prompt.size());
+    shape.n_ctx = slot_capacity_;
+    shape.trace_len = req.max_tokens >= 0 ? std::min<int32_t>(slot_capacity_, shape.prompt_len + req.max_tokens)
+                                          : slot_capacity_;
+    shape.n_batch = opts_.max_step_tokens;
+    shape.dtype = opts_.kv_dtype;
+    FRUGAL_ASSIGN_OR_RETURN(own, make_sequence_kv(model_, kv, shape));
+  }
   const SeqId id = next_id_.fetch_add(1);
   auto act = std::make_unique<Active>(id, std::move(req), tok_, std::move(so), n_vocab);
+  if (own) {
+    act->own = std::move(own);
+    act->own_logits.resize(static_cast<size_t>(n_vocab));
+  }
   act->arrival = now_s();
   auto handle = act->handle;
   {
@@ -177,8 +211,9 @@ void Engine::loop() {
     for (auto& a : fresh) {
       const SeqId id = a->id;
       std::vector<TokenId> prompt = a->req.prompt;
+      const bool shares_kv = a->own == nullptr;
       active_[id] = std::move(a);
-      Status st = sched_.enqueue(id, std::move(prompt), now_s());
+      Status st = sched_.enqueue(id, std::move(prompt), now_s(), shares_kv);
       if (!st.ok()) finish(id, FinishReason::kError, st);
     }
     step();
@@ -207,41 +242,53 @@ void Engine::step() {
   for (const auto& r : plan.refused) finish(r.id, FinishReason::kError, Status(ErrorCode::kOverBudget, r.reason));
   for (const auto& a : plan.admitted) apply_admission(a, now);
 
+  // Sequences in the shared slot cache go through one forward pass together; a sequence with a
+  // KV state of its own (eviction, quantization) through one pass on its own cache.
   batch_.clear();
   std::vector<StepItem> items;
+  std::vector<const float*> rows;  // per item: its logits row, once its pass has run
   items.reserve(plan.items.size());
   for (const auto& it : plan.items) {
     if (!sched_.is_running(it.id)) continue;  // failed while being admitted
+    items.push_back(it);
+    if (active_.at(it.id)->own) continue;
     const auto toks = sched_.tokens(it.id);
     for (int32_t p = it.begin; p < it.end; ++p) {
       batch_.add(toks[static_cast<size_t>(p)], p, it.slot, it.logits && p + 1 == it.end);
     }
-    items.push_back(it);
   }
-  if (!items.empty()) {
-    const Status st = model_.forward(batch_, kv_, backend_, logits_.data());
+  Status shared_st = ok_status();
+  if (batch_.size() > 0) shared_st = model_.forward(batch_, kv_, backend_, logits_.data());
+  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  size_t row = 0;
+  std::vector<SeqId> failed;
+  for (const auto& it : items) {
+    Active& r = *active_.at(it.id);
+    const bool own = r.own != nullptr;
+    const Status st = own ? forward_own(r, it) : shared_st;
+    const float* out = own ? r.own_logits.data() : it.logits ? logits_.data() + row++ * n_vocab : nullptr;
     if (!st.ok()) {
-      for (const auto& it : items) {
-        finish(it.id, FinishReason::kError, st);
+      finish(it.id, FinishReason::kError, st);  // `r` is gone from here on
+      if (!own) {
         kv_.clear(it.slot);
         sched_.drop_cache(it.slot);
       }
-    } else {
-      sched_.commit(plan);
-      const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
-      size_t row = 0;
-      for (const auto& it : items) {
-        auto found = active_.find(it.id);
-        if (found == active_.end()) continue;
-        Active& r = *found->second;
-        if (it.begin < sched_.n_prompt(it.id)) {
-          r.prefill_tokens += it.end - it.begin;
-        } else {
-          ++r.decode_forwards;
-        }
-        if (it.logits) on_logits(r, logits_.data() + row++ * n_vocab);
-      }
+      out = nullptr;
     }
+    rows.push_back(out);
+  }
+  sched_.commit(plan);  // items of finished sequences are skipped
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
+    auto found = active_.find(it.id);
+    if (found == active_.end()) continue;
+    Active& r = *found->second;
+    if (it.begin < sched_.n_prompt(it.id)) {
+      r.prefill_tokens += it.end - it.begin;
+    } else {
+      ++r.decode_forwards;
+    }
+    if (it.logits) on_logits(r, rows[i]);
   }
   {
     std::unique_lock<std::mutex> lk(mu_);
@@ -317,6 +364,30 @@ Status Engine::copy_rows(int src, int dst, int32_t begin, int32_t end) {
     }
   }
   return ok_status();
+}
+
+// One pass of sequence `r` on its own KV state, as slot 0 of its cache. Its evictor acts between
+// decode steps (a round when a head holds budget + buffer tokens), exactly where it acts in a
+// sequence run alone, so a policy gives the same tokens whatever else the engine runs.
+Status Engine::forward_own(Active& r, const StepItem& it) {
+  SequenceKv& s = *r.own;
+  if (it.begin >= sched_.n_prompt(it.id)) FRUGAL_RETURN_IF_ERROR(s.evictor->step(s.cache, 0));
+  const auto toks = sched_.tokens(it.id);
+  own_batch_.clear();
+  for (int32_t p = it.begin; p < it.end; ++p) {
+    own_batch_.add(toks[static_cast<size_t>(p)], p, 0, it.logits && p + 1 == it.end);
+  }
+  return model_.forward(own_batch_, s.cache, backend_, r.own_logits.data(), s.observer());
+}
+
+// K and V bytes of the rows slot `slot` holds in the shared cache (never quantized).
+uint64_t Engine::slot_used_bytes(int slot) const {
+  const KvCacheOptions& o = kv_.options();
+  uint64_t rows = 0;
+  for (int l = 0; l < o.n_layer; ++l) {
+    for (int h = 0; h < o.n_head_kv; ++h) rows += static_cast<uint64_t>(kv_.size(l, slot, h));
+  }
+  return rows * kv_.row_bytes() * 2;
 }
 
 TokenId Engine::pick_token(Active& r, const float* logits) {
@@ -410,6 +481,18 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   t.prefill_tokens = r.prefill_tokens;
   t.decode_tokens = r.decode_forwards;
   t.cached_tokens = r.cached;
+  if (r.own) {
+    // Counts the last token in the peak (and the round it may complete), as a run alone would.
+    if (r.admitted >= 0 && reason != FinishReason::kError) (void)r.own->evictor->step(r.own->cache, 0);
+    f.kv = r.own->evictor->stats();
+    f.kv_bytes = r.own->cache.reserved_bytes();
+    f.kv_policy = r.own->evictor->policy().name();
+    f.kv_quant = r.own->cache.options().quant;
+  } else {
+    const int slot = sched_.slot_of(id);
+    if (slot >= 0) f.kv.peak_used_bytes = slot_used_bytes(slot);
+    f.kv_bytes = kv_.reserved_bytes() / static_cast<uint64_t>(std::max(opts_.n_parallel, 1));
+  }
   sched_.cancel(id);
   if (opts_.on_finish) opts_.on_finish(f);
   r.handle->finish(std::move(f));

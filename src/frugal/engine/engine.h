@@ -1,7 +1,10 @@
 // The serving engine: a request queue and a step loop on its own thread that runs many sequences
 // through one Model::forward per step (continuous batching: sequences join and leave between
 // steps), with chunked prefill, prefix reuse and admission decided by the Scheduler. Each request
-// has its own sampler (seeded), stop rules, optional JSON-schema constraint and phase timings.
+// has its own sampler (seeded), stop rules, optional JSON-schema constraint, phase timings and KV
+// policy: a keep-everything request shares the slot cache (and its prefixes), any other (eviction,
+// KV quantization, a memory budget) runs on a KV state of its own (sequence_kv.h). `frugal run` and
+// `frugal eval` drive it too, as a batch of one (generate.h).
 #pragma once
 
 #include <atomic>
@@ -16,6 +19,7 @@
 #include "frugal/backend/backend.h"
 #include "frugal/engine/request.h"
 #include "frugal/engine/scheduler.h"
+#include "frugal/engine/sequence_kv.h"
 #include "frugal/kv/kv_cache.h"
 #include "frugal/model/model.h"
 #include "frugal/tokenize/tokenizer.h"
@@ -32,6 +36,8 @@ struct EngineOptions {
   int32_t max_waiting = 64;       // requests allowed to wait for a slot
   double queue_timeout_s = 120;   // longest wait for a slot before refusal
   bool prefix_cache = true;
+  // KV policy of a request that names none (eviction, quantization; memory is per sequence).
+  KvPolicyOptions kv;
   // Called on the engine thread once per request, whatever its end (metrics, request log).
   std::function<void(const FinishedRequest&)> on_finish;
 };
@@ -66,6 +72,8 @@ class Engine {
 
   EngineStats stats() const;
   int32_t context_per_sequence() const { return slot_capacity_; }
+  // The KV policy of a request that names none (EngineOptions::kv).
+  const KvPolicyOptions& default_kv() const { return opts_.kv; }
   const Tokenizer& tokenizer() const { return tok_; }
   const Model& model() const { return model_; }
   // Stops the loop; running and waiting requests finish as cancelled.
@@ -82,6 +90,8 @@ class Engine {
   void on_logits(Active& r, const float* logits);
   TokenId pick_token(Active& r, const float* logits);
   void finish(SeqId id, FinishReason reason, Status error = {});
+  Status forward_own(Active& r, const StepItem& it);
+  uint64_t slot_used_bytes(int slot) const;
   Status copy_rows(int src, int dst, int32_t begin, int32_t end);
   double now_s() const;
 
@@ -98,6 +108,7 @@ class Engine {
   std::vector<float> masked_;          // [n_vocab]
   std::vector<float> kbuf_, vbuf_;     // [n_head_kv * head_dim] for copying rows
   Batch batch_;
+  Batch own_batch_;                    // one sequence with a KV state of its own
   std::chrono::steady_clock::time_point t0_;
 
   // Shared with submitters.

@@ -82,8 +82,10 @@ class Scheduler {
   explicit Scheduler(const SchedulerOptions& opts);
 
   // Queues a request. kInvalidArgument when the prompt is empty or cannot fit a slot (nothing could
-  // ever run it), kOverBudget when max_waiting requests already wait.
-  Status enqueue(SeqId id, std::vector<TokenId> prompt, double now_s);
+  // ever run it), kOverBudget when max_waiting requests already wait. `shares_kv` false: the
+  // sequence keeps its KV outside the slots (its own eviction or quantization), so it neither
+  // reuses a cached prefix nor offers its rows to others, and its slot caches nothing afterwards.
+  Status enqueue(SeqId id, std::vector<TokenId> prompt, double now_s, bool shares_kv = true);
 
   // Decides the next step; admissions and refusals take effect now, the items once commit() says
   // the forward pass succeeded.
@@ -124,11 +126,13 @@ class Scheduler {
     std::vector<TokenId> tokens;  // running: prompt + generated; free: the cached prefix
     int32_t n_kv = 0;             // rows in the KV cache
     uint64_t last_used = 0;
+    bool shares_kv = true;        // false while owned by a sequence whose KV lives elsewhere
   };
   struct Waiting {
     SeqId id;
     std::vector<TokenId> prompt;
     double arrival_s;
+    bool shares_kv;
   };
   struct Running {
     int slot;

@@ -1,10 +1,9 @@
 // One JSON schema for phase timings, written by `frugal run --json`, the server's responses and its
-// request log: generate()'s Timings fields first, then the server-only ones. Field names are frozen.
+// request log: Timings' fields first, then the server-only ones. Field names are frozen.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
-#include "frugal/engine/generate.h"
 #include "frugal/engine/request.h"
 
 namespace frugal {

@@ -86,6 +86,9 @@ void Metrics::observe(const FinishedRequest& f) {
   if (f.reason == FinishReason::kError) ++refused_;
   ++finished_[vllm_reason(f.reason)];
   if (f.reason == FinishReason::kError) return;  // never ran: no latencies to record
+  kv_rounds_ += static_cast<uint64_t>(f.kv.rounds);
+  kv_round_s_ += f.kv.round_ms / 1e3;
+  ++kv_policies_[f.kv_policy + "/" + kv_quant_name(f.kv_quant)];
   const RequestTimings& t = f.timings;
   if (f.generated_tokens > 0) ttft_.observe(t.ttft_ms / 1e3);
   if (f.generated_tokens > 1) {
@@ -144,6 +147,17 @@ std::string Metrics::render(const EngineStats& s) const {
         static_cast<double>(s.kv_rows_cached));
   gauge(out, "frugal:num_sequence_slots", "Sequences that can run at once.", l, s.n_slots);
   counter(out, "frugal:engine_steps_total", "Forward steps run by the engine loop.", l, s.steps);
+  counter(out, "frugal:kv_eviction_rounds_total", "KV eviction rounds of finished requests.", l, kv_rounds_);
+  out += fmt::format("# HELP frugal:kv_eviction_seconds_total Time spent in those rounds.\n"
+                     "# TYPE frugal:kv_eviction_seconds_total counter\nfrugal:kv_eviction_seconds_total{{{}}} {}\n",
+                     l, kv_round_s_);
+  out += "# HELP frugal:kv_policy_requests_total Finished requests by KV policy and quantization.\n"
+         "# TYPE frugal:kv_policy_requests_total counter\n";
+  for (const auto& [key, n] : kv_policies_) {
+    const size_t slash = key.find('/');
+    out += fmt::format("frugal:kv_policy_requests_total{{{},policy=\"{}\",quant=\"{}\"}} {}\n", l,
+                       key.substr(0, slash), key.substr(slash + 1), n);
+  }
   gauge(out, "process_resident_memory_bytes", "Resident memory size in bytes.", "",
         static_cast<double>(resident_bytes()));
   out += "# HELP frugal:http_responses_total HTTP responses by status code.\n"

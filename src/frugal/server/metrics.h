@@ -45,6 +45,9 @@ class Metrics {
   Histogram ttft_, tpot_, itl_, e2e_, queue_, prefill_, decode_, prompt_tokens_, gen_tokens_;
   std::map<std::string, uint64_t> finished_;  // by vLLM finished_reason
   uint64_t cancelled_ = 0, refused_ = 0;
+  uint64_t kv_rounds_ = 0;     // eviction rounds of finished requests
+  double kv_round_s_ = 0;      // their time
+  std::map<std::string, uint64_t> kv_policies_;  // finished requests by "policy/quant"
   std::map<int, uint64_t> http_;  // by status code
 };
 
