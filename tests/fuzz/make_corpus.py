@@ -132,6 +132,8 @@ schemas = {
     "types": ({"type": ["string", "integer"], "minLength": 2}, '"\\u00e9\\n\\"q"'),
     "any_object": ({"type": "object"}, '{"a": {"b": [true, false, null, "s", 1.0e-5]}}'),
     "refused": ({"$ref": "#/defs/x"}, "{}"),
+    # A number whose exponent overflows a double: valid grammar that parsers refuse.
+    "overflow": ({"type": "object"}, '{"a": 777e427, "b": 1e99, "c": 5e-999}'),
 }
 for name, (schema, text) in schemas.items():
     write("json_schema", name, json.dumps(schema) + "\n" + text)

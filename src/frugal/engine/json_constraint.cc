@@ -288,8 +288,11 @@ constexpr uint8_t kStrLowD = 11, kStrLowC = 12;           // then 'D' and one of
 constexpr uint8_t kStrCont1 = 13, kStrCont2 = 14, kStrCont3 = 15;  // continuation bytes 80-BF left
 constexpr uint8_t kStrAfterE0 = 16, kStrAfterED = 17, kStrAfterF0 = 18, kStrAfterF4 = 19;  // narrower first
 // Number states; terminal ones can end the number.
-enum : uint8_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp };
-bool number_terminal(uint8_t s) { return s == kNumZero || s == kNumInt || s == kNumFrac || s == kNumExp; }
+// The exponent's sign picks its digit limit: kNumExp after 'e' or 'e+', kNumExpNeg after 'e-'.
+enum : uint8_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp, kNumENeg, kNumExpNeg };
+bool number_terminal(uint8_t s) {
+  return s == kNumZero || s == kNumInt || s == kNumFrac || s == kNumExp || s == kNumExpNeg;
+}
 }  // namespace
 
 JsonMatcher::JsonMatcher(std::shared_ptr<const JsonSchema> schema) : schema_(std::move(schema)) {
@@ -610,14 +613,17 @@ JsonMatcher::R JsonMatcher::number_step(char c) {
   Frame& f = stack_.back();
   const bool integer = node(f.node).kind == Kind::kInteger;
   const auto digit = [&](uint8_t next) {
-    const int limit = next == kNumFrac ? kMaxFractionDigits : next == kNumExp ? kMaxExponentDigits : kMaxIntegerDigits;
+    const int limit = next == kNumFrac     ? kMaxFractionDigits
+                      : next == kNumExp    ? kMaxPositiveExponentDigits
+                      : next == kNumExpNeg ? kMaxExponentDigits
+                                           : kMaxIntegerDigits;
     if (f.a >= limit) return R::kReject;
     ++f.a;
     f.state = next;
     return R::kAccept;
   };
   const auto part = [&](uint8_t next) {  // '.', 'e' or an exponent sign: a new part begins
-    if (next != kNumESign) f.a = 0;
+    if (next != kNumESign && next != kNumENeg) f.a = 0;
     f.state = next;
     return R::kAccept;
   };
@@ -644,10 +650,13 @@ JsonMatcher::R JsonMatcher::number_step(char c) {
       if (c == 'e' || c == 'E') return part(kNumE);
       return R::kEndRefeed;
     case kNumE:
-      if (c == '+' || c == '-') return part(kNumESign);
+      if (c == '+') return part(kNumESign);
+      if (c == '-') return part(kNumENeg);
       [[fallthrough]];
     case kNumESign: return is_digit(c) ? digit(kNumExp) : R::kReject;
+    case kNumENeg: return is_digit(c) ? digit(kNumExpNeg) : R::kReject;
     case kNumExp: return is_digit(c) ? digit(kNumExp) : R::kEndRefeed;
+    case kNumExpNeg: return is_digit(c) ? digit(kNumExpNeg) : R::kEndRefeed;
     default: return R::kReject;
   }
 }

@@ -12,7 +12,10 @@
 //
 // To keep generation finite on any model, whitespace runs are limited to kMaxWhitespace bytes,
 // the parts of a number to kMax{Integer,Fraction,Exponent}Digits digits and nesting to kMaxDepth levels; once the document is
-// complete nothing but an end-of-generation token is accepted.
+// complete nothing but an end-of-generation token is accepted. A positive exponent gets at most
+// kMaxPositiveExponentDigits digits so that every accepted number is a finite double: 777e427 is
+// valid JSON grammar, but JSON parsers (nlohmann, Python's json with parse_float checks, most
+// consumers of JSON mode) reject or mangle a number that overflows.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +33,8 @@ namespace frugal {
 inline constexpr int kMaxWhitespace = 16;
 inline constexpr int kMaxIntegerDigits = 18;   // the integer part fits an int64
 inline constexpr int kMaxFractionDigits = 17;  // a double's precision
-inline constexpr int kMaxExponentDigits = 3;
+inline constexpr int kMaxExponentDigits = 3;          // a negative exponent: underflow to 0 is still finite
+inline constexpr int kMaxPositiveExponentDigits = 2;  // 18 integer digits x 1e99 stays far below DBL_MAX
 inline constexpr int kMaxDepth = 32;
 
 class JsonSchema {

@@ -257,8 +257,6 @@ struct RopeDev {
   bool neox = false;
   const float* freq_factors = nullptr;  // device [n_rot/2] or null
 };
-void launch_rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeDev& p,
-                 cudaStream_t s);
 
 // KV cache layout on the device: [layer][seq][kv head][capacity][head_dim] F16, and the position
 // of every slot per sequence, [seq][capacity] (all layers and heads hold the same tokens).
@@ -272,7 +270,8 @@ struct KvDev {
 // Writes k, v [n][n_head_kv][head_dim] of token t into slot slot[t] of sequence seq[t].
 void launch_kv_store(const KvDev& kv, int layer, const float* k, const float* v, int n, const int32_t* seq,
                      const int32_t* pos, const int32_t* slot, cudaStream_t s);
-// launch_rope(q), launch_rope(k) and launch_kv_store in one kernel (k itself is left unrotated).
+// Rope of q (in place) and of k, and k and v into the cache, in one kernel (k itself is left
+// unrotated; launch_kv_store alone when n_rot < 2).
 void launch_rope_store(float* q, const float* k, const float* v, int n, int n_head, const KvDev& kv, int layer,
                        const int32_t* seq, const int32_t* pos, const int32_t* slot, const RopeDev& p, cudaStream_t s);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "frugal/backend/cuda/common.cuh"
+#include "frugal/backend/cuda/gemv_common.cuh"
 #include "frugal/core/half.h"
 #include "frugal/quant/blocks.h"
 
@@ -267,51 +268,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, c
       }
     }
   }
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float a = acc[t][r];
-#pragma unroll
-      for (int o = kWarp / 2; o > 0; o /= 2) a += __shfl_xor_sync(0xFFFFFFFFu, a, o);
-      acc[t][r] = a;
-    }
-  }
-  // Lane r stores row r: the R stores go out in parallel.
-  if (KS > 1) {
-    // Partial sums of the KS warps of a row, added in a fixed order (deterministic results).
-    __shared__ float part_sum[kGemvWarps][NT][R];
-    if (lane == 0) {
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) part_sum[threadIdx.x / kWarp][t][r] = acc[t][r];
-      }
-    }
-    __syncthreads();
-    if (part != 0) return;
-    const int first_warp = threadIdx.x / kWarp;
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float v = 0.f;
-#pragma unroll
-        for (int k = 0; k < KS; ++k) v += part_sum[first_warp + k][t][r];
-        acc[t][r] = v;
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = row0 + r;
-    if (lane != r || row >= w.rows) continue;
-    for (int t = 0; t < nt && t < NT; ++t) {
-      float out = acc[t][r] + (bias != nullptr ? bias[row] : 0.f);
-      float* dst = y + static_cast<int64_t>(t) * w.rows + row;
-      *dst = accumulate ? *dst + out : out;
-    }
-  }
+  gemv_finish_rows<kGemvWarps, NT, R, KS>(acc, part, row0, w.rows, nt, bias, y, accumulate);
 }
 
 template <DType T>
@@ -407,26 +364,11 @@ namespace {
 
 template <DType T, int R, int KS>
 void gemv_launch(const GemvSet& set, const float* x, int n, bool acc, cudaStream_t s) {
-  const int per_block = kGemvWarps / KS * R;
-  const auto blocks = [per_block](const DevWeight& w) { return static_cast<int>((w.rows + per_block - 1) / per_block); };
   GemvSet g = set;
-  g.prefetch = gemv_prefetch_bytes();
-  g.first1 = blocks(g.w0);
-  g.first2 = g.first1 + (g.n > 1 ? blocks(g.w1) : 0);
-  const int total = g.first2 + (g.n > 2 ? blocks(g.w2) : 0);
+  const int total = gemv_layout(g, kGemvWarps / KS * R);
   if (total <= 0 || n <= 0) return;
-  if (profiling()) {
-    // Weight bytes of the set (codes plus Q8_0/Q4_0 scales), and its shape for the name.
-    uint64_t bytes = 0;
-    int64_t rows = 0;
-    const DevWeight* ws[3] = {&g.w0, &g.w1, &g.w2};
-    for (int i = 0; i < g.n; ++i) {
-      rows += ws[i]->rows;
-      bytes += static_cast<uint64_t>(ws[i]->rows * ws[i]->row_stride) +
-               (ws[i]->scales != nullptr ? static_cast<uint64_t>(ws[i]->rows * (ws[i]->cols / 32) * 2) : 0);
-    }
-    profile_label(cat("gemv ", std::string(dtype_name(T)), " ", rows, "x", g.w0.cols, " n=", n, " R=", R, " KS=", KS), bytes);
-  }
+  gemv_profile_label("gemv", g, n, R, KS);
+
   const dim3 grid(static_cast<unsigned>(total));
   const dim3 block(kGemvWarps * kWarp);
   if (n == 1) {

@@ -15,6 +15,7 @@
 #include <cstdlib>
 
 #include "frugal/backend/cuda/common.cuh"
+#include "frugal/backend/cuda/gemv_common.cuh"
 #include "frugal/backend/cuda/cuda_backend.h"
 #include "frugal/backend/cuda/gemv_q8.cuh"
 
@@ -410,50 +411,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QA
       for (int r = 0; r < R; ++r) acc[t][r] += D::dot(wr[r], a);
     }
   }
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float v = acc[t][r];
-#pragma unroll
-      for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-      acc[t][r] = v;
-    }
-  }
-  if (KS > 1) {
-    // Partial sums of the KS warps of a row, added in a fixed order (deterministic results).
-    __shared__ float part_sum[kWarps][NT][R];
-    if (lane == 0) {
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) part_sum[threadIdx.x / kWarp][t][r] = acc[t][r];
-      }
-    }
-    __syncthreads();
-    if (part != 0) return;
-    const int first_warp = threadIdx.x / kWarp;
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float v = 0.f;
-#pragma unroll
-        for (int k = 0; k < KS; ++k) v += part_sum[first_warp + k][t][r];
-        acc[t][r] = v;
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = row0 + r;
-    if (lane != r || row >= w.rows) continue;
-    for (int t = 0; t < nt && t < NT; ++t) {
-      float out = acc[t][r] + (bias != nullptr ? bias[row] : 0.f);
-      float* dst = y + static_cast<int64_t>(t) * w.rows + row;
-      *dst = accumulate ? *dst + out : out;
-    }
-  }
+  gemv_finish_rows<kWarps, NT, R, KS>(acc, part, row0, w.rows, nt, bias, y, accumulate);
 }
 
 // Rows per warp (FRUGAL_GEMV_Q8_ROWS=1|2|4, default 1): one row per warp measured fastest on the
@@ -469,26 +427,11 @@ int q8_rows_per_warp() {
 
 template <DType T, int R, int KS>
 void launch_rows(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
-  const int per_block = kWarps / KS * R;
-  const auto blocks = [per_block](const DevWeight& w) { return static_cast<int>((w.rows + per_block - 1) / per_block); };
   GemvSet g = set;
-  g.prefetch = gemv_prefetch_bytes();
-  g.first1 = blocks(g.w0);
-  g.first2 = g.first1 + (g.n > 1 ? blocks(g.w1) : 0);
-  const int total = g.first2 + (g.n > 2 ? blocks(g.w2) : 0);
+  const int total = gemv_layout(g, kWarps / KS * R);
   if (total <= 0 || n <= 0) return;
-  if (profiling()) {
-    // Weight bytes of the set (codes plus Q8_0/Q4_0 scales), and its shape for the name.
-    uint64_t bytes = 0;
-    int64_t rows = 0;
-    const DevWeight* ws[3] = {&g.w0, &g.w1, &g.w2};
-    for (int i = 0; i < g.n; ++i) {
-      rows += ws[i]->rows;
-      bytes += static_cast<uint64_t>(ws[i]->rows * ws[i]->row_stride) +
-               (ws[i]->scales != nullptr ? static_cast<uint64_t>(ws[i]->rows * (ws[i]->cols / 32) * 2) : 0);
-    }
-    profile_label(cat("gemv_q8 ", std::string(dtype_name(T)), " ", rows, "x", g.w0.cols, " n=", n, " R=", R, " KS=", KS), bytes);
-  }
+  gemv_profile_label("gemv_q8", g, n, R, KS);
+
   const dim3 grid(static_cast<unsigned>(total));
   const dim3 block(kWarps * kWarp);
   if (n == 1) {

@@ -94,29 +94,6 @@ __global__ void swiglu_kernel(float* __restrict__ gate, const float* __restrict_
 
 // One thread per (token, head, pair). Angles as the CPU backend builds them: theta multiplied by
 // theta_scale once per pair index, divided by the frequency factor, times freq_scale.
-__global__ void rope_kernel(float* __restrict__ x, int n, int n_heads, int head_dim, const int32_t* __restrict__ pos,
-                            RopeDev p) {
-  pdl_wait();
-  pdl_trigger();
-  const int half = p.n_rot / 2;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<int64_t>(n) * n_heads * half) return;
-  const int pair = static_cast<int>(i % half);
-  const int64_t th = i / half;  // token * n_heads + head
-  const int t = static_cast<int>(th / n_heads);
-  float theta = static_cast<float>(pos[t]);
-  for (int k = 0; k < pair; ++k) theta *= p.theta_scale;
-  const float ff = p.freq_factors != nullptr ? p.freq_factors[pair] : 1.f;
-  const float angle = p.freq_scale * (theta / ff);
-  const float c = cosf(angle), s = sinf(angle);
-  float* h = x + th * head_dim;
-  const int a = p.neox ? pair : 2 * pair;
-  const int b = p.neox ? pair + half : 2 * pair + 1;
-  const float x0 = h[a], x1 = h[b];
-  h[a] = x0 * c - x1 * s;
-  h[b] = x0 * s + x1 * c;
-}
-
 __global__ void kv_store_kernel(KvDev kv, int layer, const float* __restrict__ k, const float* __restrict__ v,
                                 int n, const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
                                 const int32_t* __restrict__ slot) {
@@ -150,8 +127,8 @@ __device__ __forceinline__ void rope_angle(int pos, int pair, const RopeDev& p, 
   *s = sinf(angle);
 }
 
-// rope(q) in place, rope(k) and v into the cache, and the slot positions: one kernel for what
-// rope_kernel twice and kv_store_kernel did. Threads [0, n*n_head*half) rotate one pair of q each;
+// rope(q) in place, rope(k) and v into the cache, and the slot positions, in one launch per layer.
+// Threads [0, n*n_head*half) rotate one pair of q each;
 // the next n*kv_dim threads write one element of k (rotated: the thread reads its pair partner)
 // and one of v.
 __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -504,13 +481,6 @@ void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int 
   const unsigned grid = blocks_for(n, 256, "swiglu_kernel");
   if (grid == 0) return;
   launch_kernel("swiglu_kernel", swiglu_kernel, dim3(grid), dim3(256), 0, s, gate, up, n, round);
-}
-void launch_rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeDev& p, cudaStream_t s) {
-  if (p.n_rot < 2) return;
-  const int64_t total = static_cast<int64_t>(n) * n_heads * (p.n_rot / 2);
-  const unsigned grid = blocks_for(total, 256, "rope_kernel");
-  if (grid == 0) return;
-  launch_kernel("rope_kernel", rope_kernel, dim3(grid), dim3(256), 0, s, x, n, n_heads, head_dim, pos, p);
 }
 void launch_rope_store(float* q, const float* k, const float* v, int n, int n_head, const KvDev& kv, int layer,
                        const int32_t* seq, const int32_t* pos, const int32_t* slot, const RopeDev& p, cudaStream_t s) {
