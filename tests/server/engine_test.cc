@@ -360,19 +360,58 @@ TEST_F(EngineTest, QueueLimitAndBadRequestsAreRefused) {
   EXPECT_EQ(e->submit(request({1, 5}, 2, bad)).status().code(), ErrorCode::kInvalidArgument);
 }
 
-TEST_F(EngineTest, KvBudgetSetsTheContextPerSequence) {
+// kv-memory is the size of the page pool all sequences share: one sequence alone may use all of it
+// (in whole pages), and a budget below one page per (layer, KV head) is refused with the minimum.
+TEST_F(EngineTest, KvMemoryIsThePoolSize) {
   const ModelConfig& c = model_->config();
   const uint64_t row = static_cast<uint64_t>(c.n_layer) * c.n_head_kv * c.head_dim * 2 * 2;  // f16 K and V
   EngineOptions o;
   o.n_parallel = 2;
-  o.kv_memory = row * 2 * 40;
+  o.kv_memory = row * 80;  // 80 tokens of every head: pages of 32 tokens, two and a half per head
   auto e = engine(o);
-  EXPECT_EQ(e->context_per_sequence(), 40);
-  EXPECT_EQ(e->stats().kv_bytes, row * 2 * 40);
-  EXPECT_EQ(e->submit(request(std::vector<TokenId>(45, 5), 2)).status().code(), ErrorCode::kInvalidArgument);
-  o.kv_memory = row * 2 * 8;
+  const int64_t heads = static_cast<int64_t>(c.n_layer) * c.n_head_kv;
+  EXPECT_EQ(e->context_per_sequence(), 64);  // two whole pages in every head
+  EXPECT_EQ(e->stats().kv_pages_total, heads * 80 / 32);
+  EXPECT_EQ(e->stats().kv_bytes, static_cast<uint64_t>(e->stats().kv_pages_total) * (row / heads) * 32);
+  EXPECT_LE(e->stats().kv_bytes, o.kv_memory);
+  EXPECT_EQ(e->submit(request(std::vector<TokenId>(70, 5), 2)).status().code(), ErrorCode::kInvalidArgument);
+  o.kv_memory = row * 16;
   auto tiny = Engine::create(*model_, *tok_, *backend_, o);
-  EXPECT_EQ(tiny.status().code(), ErrorCode::kOverBudget);
+  ASSERT_EQ(tiny.status().code(), ErrorCode::kOverBudget);
+  EXPECT_NE(tiny.status().message().find(fmt::format("minimum {} bytes", row * 32)), std::string::npos)
+      << tiny.status().message();
+}
+
+// Four times more work than the pool holds: every request finishes with the tokens it gets alone,
+// sequences wait for pages or are preempted and recomputed, and every page comes back.
+TEST_F(EngineTest, OversubscribedPoolFinishesEveryRequestExactly) {
+  const ModelConfig& c = model_->config();
+  const uint64_t row = static_cast<uint64_t>(c.n_layer) * c.n_head_kv * c.head_dim * 2 * 2;
+  EngineOptions o;
+  o.n_parallel = 4;
+  o.prefix_cache = false;
+  o.kv_memory = row * 128;  // four pages per head; each request below grows to three
+  auto e = engine(o);
+  const std::vector<std::string> texts = {"Once upon a time", "The quick brown fox jumps", "hello there",
+                                          "a b c d e f g h", "one two three", "red green blue",
+                                          "the end of the story", "it was a dark night"};
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (const auto& t : texts) {
+    RequestOptions r = request(prompt(t), 60);
+    r.ignore_eos = true;
+    hs.push_back(*e->submit(r));
+  }
+  uint64_t peak_bytes = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const Collected got = collect(*hs[i]);
+    const GenerateResult ref = reference(prompt(texts[i]), 60, greedy(), {}, /*ignore_eos=*/true);
+    EXPECT_EQ(got.tokens, ref.tokens) << texts[i];
+    EXPECT_EQ(got.fin.reason, FinishReason::kLength) << texts[i];
+    peak_bytes = std::max(peak_bytes, got.fin.kv_bytes);
+  }
+  EXPECT_LE(peak_bytes, row * 128);
+  EXPECT_TRUE(eventually([&] { return e->stats().kv_pages_free == e->stats().kv_pages_total; }));
+  EXPECT_GT(e->stats().preemptions, 0u) << "the pool never ran out: the test does not oversubscribe it";
 }
 
 TEST_F(EngineTest, JsonSchemaConstrainsTheOutput) {

@@ -33,13 +33,50 @@ struct Engine::Active {
   std::optional<JsonMatcher> scratch;
   std::unique_ptr<SequenceKv> own;  // its own KV state, or null: rows in the shared slot cache
   std::vector<float> own_logits;    // [n_vocab] the last row of its own forward pass
+  // An evicting policy on an unquantized cache runs in the shared pool, in its slot.
+  std::unique_ptr<KvEvictor> evictor;
+  int64_t preemptions = 0;
+  uint64_t peak_slot_bytes = 0;     // K+V bytes of its rows in the shared pool, highest seen
+  uint64_t peak_held_bytes = 0;     // bytes of the pool pages it held, highest seen
   double arrival = 0, admitted = -1, first_token = -1, last_token = -1;
   int64_t cached = 0, prefill_tokens = 0, decode_forwards = 0, generated = 0;
 };
 
 namespace {
 constexpr int32_t kMinSlotCapacity = 16;
-}
+
+// Hands each sequence's queries to the attention observer of the request in that slot (the scored
+// eviction policies of requests sharing the pool), so one batched pass serves them all.
+class SlotObservers final : public AttentionObserver {
+ public:
+  explicit SlotObservers(const std::vector<AttentionObserver*>& by_slot) : by_slot_(by_slot) {}
+  void before_attention(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
+                        const AttentionParams& p) override {
+    const size_t row = static_cast<size_t>(p.n_head) * p.head_dim;
+    for_runs(seq, n, [&](AttentionObserver& o, int64_t t, int64_t e) {
+      o.before_attention(layer, seq + t, pos + t, e - t, q + static_cast<size_t>(t) * row, p);
+    });
+  }
+  void after_attention(KvCache& kv, int layer, const int32_t* seq, int64_t n) override {
+    for_runs(seq, n, [&](AttentionObserver& o, int64_t t, int64_t e) { o.after_attention(kv, layer, seq + t, e - t); });
+  }
+
+ private:
+  template <typename F>
+  void for_runs(const int32_t* seq, int64_t n, F&& f) {
+    for (int64_t t = 0; t < n;) {
+      int64_t e = t + 1;
+      while (e < n && seq[e] == seq[t]) ++e;
+      const int32_t s = seq[t];
+      if (s >= 0 && static_cast<size_t>(s) < by_slot_.size() && by_slot_[static_cast<size_t>(s)] != nullptr) {
+        f(*by_slot_[static_cast<size_t>(s)], t, e);
+      }
+      t = e;
+    }
+  }
+  const std::vector<AttentionObserver*>& by_slot_;
+};
+}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& tok, Backend& backend,
                                                const EngineOptions& opts) {
@@ -56,7 +93,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     return error(ErrorCode::kInvalidArgument, "engine: the KV cache type must be f16 or f32");
   }
   FRUGAL_RETURN_IF_ERROR(validate(opts.kv));
-  if (needs_own_kv(opts.kv) && backend.name() != "cpu") {
+  const bool paged = backend.name() == "cpu";
+  if (needs_own_kv(opts.kv) && !paged) {
     return error(ErrorCode::kNotSupported,
                  "kv policy '{}' with kv-quant {}: the {} backend keeps every token in an unquantized cache; "
                  "eviction and KV quantization run on the cpu backend",
@@ -64,8 +102,25 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   }
   const int64_t train = cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096;
   int64_t capacity = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(train, 4096);
-  if (opts.kv_memory > 0) {
-    // The one bytes -> tokens conversion (kv/kv_cache.h), shared with run and eval.
+  int64_t n_pages = 0;  // 0: every slot can reach its capacity
+  if (opts.kv_memory > 0 && paged) {
+    // The pool is the budget: sequences take pages as they grow, and the scheduler admits, evicts
+    // or preempts against it. One sequence must be able to hold kMinSlotCapacity tokens.
+    const KvCacheOptions ko = model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype);
+    const int64_t heads = static_cast<int64_t>(ko.n_layer) * ko.n_head_kv;
+    const int64_t min_pages = heads * ((kMinSlotCapacity + ko.page_tokens - 1) / ko.page_tokens);
+    n_pages = static_cast<int64_t>(opts.kv_memory / kv_page_bytes(ko));
+    if (n_pages < min_pages) {
+      return error(ErrorCode::kOverBudget,
+                   "engine: kv-memory {} bytes is below the minimum {} bytes: one page of {} tokens ({} bytes) per "
+                   "layer and KV head ({} layers x {} KV heads)",
+                   opts.kv_memory, static_cast<uint64_t>(min_pages) * kv_page_bytes(ko), ko.page_tokens,
+                   kv_page_bytes(ko), ko.n_layer, ko.n_head_kv);
+    }
+    // A sequence alone can use the whole pool, never more.
+    capacity = std::min<int64_t>(capacity, n_pages / heads * ko.page_tokens);
+  } else if (opts.kv_memory > 0) {
+    // A device-resident cache is reserved per slot: the slots shrink to fit.
     Result<int32_t> fit =
         kv_tokens_for_memory(model.kv_options(opts.n_parallel, 0, opts.kv_dtype), opts.kv_memory, kMinSlotCapacity);
     if (!fit.ok()) {
@@ -74,8 +129,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     }
     capacity = std::min<int64_t>(capacity, *fit);
   }
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv,
-                          KvCache::create(model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype)));
+  KvCacheOptions ko = model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype);
+  ko.n_pages = n_pages;
+  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(ko));
   return std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv), static_cast<int32_t>(capacity)));
 }
 
@@ -107,6 +163,28 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
   stats_.slot_capacity = slot_capacity;
   stats_.kv_rows_total = static_cast<int64_t>(opts.n_parallel) * slot_capacity;
   stats_.kv_bytes = kv_.reserved_bytes();
+  stats_.kv_pages_total = kv_.total_pages();
+  slot_observers_.assign(static_cast<size_t>(opts.n_parallel), nullptr);
+  if (uses_pool()) {
+    // Admission against the pool: a request enters when its prompt (and one decode token) fits in
+    // the free pages left after this step's earlier admissions; cached prefixes nobody runs are
+    // dropped first when that makes the difference.
+    sched_.set_admission_gate([this](SeqId id, int32_t tokens) {
+      auto found = active_.find(id);
+      if (found == active_.end() || found->second->own) return true;
+      const KvCacheOptions& o = kv_.options();
+      const int64_t need = static_cast<int64_t>(o.n_layer) * o.n_head_kv *
+                           ((tokens + 1 + o.page_tokens - 1) / o.page_tokens);
+      while (kv_.free_pages() - promised_pages_ < need) {
+        const int slot = sched_.cached_free_slot();
+        if (slot < 0) return false;
+        kv_.release(slot);
+        sched_.drop_cache(slot);
+      }
+      promised_pages_ += need;
+      return true;
+    });
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -158,7 +236,15 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
   const KvPolicyOptions kv = req.kv ? *req.kv : opts_.kv;
   FRUGAL_RETURN_IF_ERROR(validate(kv));
   std::unique_ptr<SequenceKv> own;
-  if (needs_own_kv(kv)) {
+  std::unique_ptr<KvEvictor> evictor;
+  const int32_t prompt_len = static_cast<int32_t>(req.prompt.size());
+  const int32_t trace_len =
+      req.max_tokens >= 0 ? std::min<int32_t>(slot_capacity_, prompt_len + req.max_tokens) : slot_capacity_;
+  if (needs_own_kv(kv) && backend_.name() == "cpu" && kv.quant == KvQuant::kNone && kv.memory == 0) {
+    // Eviction alone: the sequence runs in its slot of the shared pool, batched with the others,
+    // and the pages its rounds free go back to them.
+    FRUGAL_ASSIGN_OR_RETURN(evictor, KvEvictor::create(kv, trace_len, prompt_len));
+  } else if (needs_own_kv(kv)) {
     // A device-resident cache (cuda) is one keep-everything F16 cache for all slots.
     if (backend_.name() != "cpu") {
       return error(ErrorCode::kNotSupported,
@@ -168,10 +254,9 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
     }
     // Built now, so an impossible budget is the submitter's error, not a failure mid-run.
     SequenceKvShape shape;
-    shape.prompt_len = static_cast<int32_t>(req.prompt.size());
+    shape.prompt_len = prompt_len;
     shape.n_ctx = slot_capacity_;
-    shape.trace_len = req.max_tokens >= 0 ? std::min<int32_t>(slot_capacity_, shape.prompt_len + req.max_tokens)
-                                          : slot_capacity_;
+    shape.trace_len = trace_len;
     shape.n_batch = opts_.max_step_tokens;
     shape.dtype = opts_.kv_dtype;
     FRUGAL_ASSIGN_OR_RETURN(own, make_sequence_kv(model_, kv, shape));
@@ -182,6 +267,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
     act->own = std::move(own);
     act->own_logits.resize(static_cast<size_t>(n_vocab));
   }
+  act->evictor = std::move(evictor);
   act->arrival = now_s();
   auto handle = act->handle;
   {
@@ -211,7 +297,8 @@ void Engine::loop() {
     for (auto& a : fresh) {
       const SeqId id = a->id;
       std::vector<TokenId> prompt = a->req.prompt;
-      const bool shares_kv = a->own == nullptr;
+      // Only keep-everything sequences in the pool share prefixes (an evicted slot is no prefix).
+      const bool shares_kv = a->own == nullptr && a->evictor == nullptr;
       active_[id] = std::move(a);
       Status st = sched_.enqueue(id, std::move(prompt), now_s(), shares_kv);
       if (!st.ok()) finish(id, FinishReason::kError, st);
@@ -238,9 +325,23 @@ void Engine::step() {
   for (SeqId id : gone) finish(id, FinishReason::kCancelled);
 
   const double now = now_s();
+  promised_pages_ = 0;
   StepPlan plan = sched_.plan(now);
   for (const auto& r : plan.refused) finish(r.id, FinishReason::kError, Status(ErrorCode::kOverBudget, r.reason));
   for (const auto& a : plan.admitted) apply_admission(a, now);
+
+  // Sequences evicting in the pool: a round before a decode step, as a sequence run alone has.
+  for (const auto& it : plan.items) {
+    if (!sched_.is_running(it.id)) continue;
+    Active& r = *active_.at(it.id);
+    if (!r.evictor || it.begin < sched_.n_prompt(it.id)) continue;
+    const Status st = r.evictor->step(kv_, it.slot);
+    if (!st.ok()) {
+      kv_.release(it.slot);
+      finish(it.id, FinishReason::kError, st);
+    }
+  }
+  if (uses_pool()) reserve_pages(plan);
 
   // Sequences in the shared slot cache go through one forward pass together; a sequence with a
   // KV state of its own (eviction, quantization) through one pass on its own cache.
@@ -248,17 +349,26 @@ void Engine::step() {
   std::vector<StepItem> items;
   std::vector<const float*> rows;  // per item: its logits row, once its pass has run
   items.reserve(plan.items.size());
+  bool observed = false;
   for (const auto& it : plan.items) {
-    if (!sched_.is_running(it.id)) continue;  // failed while being admitted
+    if (!sched_.is_running(it.id)) continue;  // failed while being admitted, or preempted
     items.push_back(it);
-    if (active_.at(it.id)->own) continue;
+    Active& r = *active_.at(it.id);
+    if (r.own) continue;
+    AttentionObserver* obs = r.evictor ? r.evictor->attention_observer() : nullptr;
+    slot_observers_[static_cast<size_t>(it.slot)] = obs;
+    observed = observed || obs != nullptr;
     const auto toks = sched_.tokens(it.id);
     for (int32_t p = it.begin; p < it.end; ++p) {
       batch_.add(toks[static_cast<size_t>(p)], p, it.slot, it.logits && p + 1 == it.end);
     }
   }
   Status shared_st = ok_status();
-  if (batch_.size() > 0) shared_st = model_.forward(batch_, kv_, backend_, logits_.data());
+  if (batch_.size() > 0) {
+    SlotObservers observers(slot_observers_);
+    shared_st = model_.forward(batch_, kv_, backend_, logits_.data(), observed ? &observers : nullptr);
+  }
+  std::fill(slot_observers_.begin(), slot_observers_.end(), nullptr);
   const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
   size_t row = 0;
   std::vector<SeqId> failed;
@@ -288,6 +398,10 @@ void Engine::step() {
     } else {
       ++r.decode_forwards;
     }
+    if (!r.own && uses_pool()) {
+      r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(it.slot));
+      r.peak_held_bytes = std::max(r.peak_held_bytes, static_cast<uint64_t>(kv_.pages_held(it.slot)) * kv_.page_bytes());
+    }
     if (it.logits) on_logits(r, rows[i]);
   }
   {
@@ -296,6 +410,12 @@ void Engine::step() {
     stats_.waiting = sched_.n_waiting();
     stats_.kv_rows_running = sched_.running_rows();
     stats_.kv_rows_cached = sched_.cached_rows();
+    stats_.kv_pages_free = kv_.free_pages();
+    int64_t running_pages = 0;
+    for (const auto& [id, a] : active_) {
+      if (!a->own && sched_.is_running(id)) running_pages += kv_.pages_held(sched_.slot_of(id));
+    }
+    stats_.kv_pages_running = running_pages;
     if (!items.empty()) ++stats_.steps;
     n_waiting_.store(sched_.n_waiting());
     if (items.empty() && !active_.empty() && !stop_) {
@@ -317,8 +437,10 @@ void Engine::apply_admission(const Admission& a, double now) {
       return;
     }
   }
-  r.admitted = now;
+  if (r.admitted < 0) r.admitted = now;  // a preempted sequence keeps its first admission
   r.cached = a.copy_end;
+  // Stream 0: the random policy draws as it would for the request run alone, whatever its slot.
+  if (r.evictor) r.evictor->begin(kv_, a.slot, static_cast<int32_t>(r.req.prompt.size()), 0);
   std::lock_guard<std::mutex> lk(mu_);
   stats_.prompt_tokens += r.req.prompt.size();
   stats_.prefix_hit_tokens += static_cast<uint64_t>(a.copy_end);
@@ -343,8 +465,8 @@ Status Engine::copy_rows(int src, int dst, int32_t begin, int32_t end) {
   for (int l = 0; l < o.n_layer; ++l) {
     for (int32_t p = begin; p < end; ++p) {
       for (int h = 0; h < o.n_head_kv; ++h) {
-        const auto* k = static_cast<const uint8_t*>(kv_.keys(l, src, h)) + static_cast<size_t>(p) * kv_.row_bytes();
-        const auto* v = static_cast<const uint8_t*>(kv_.values(l, src, h)) + static_cast<size_t>(p) * kv_.row_bytes();
+        const auto* k = static_cast<const uint8_t*>(kv_.key_row(l, src, h, p));
+        const auto* v = static_cast<const uint8_t*>(kv_.value_row(l, src, h, p));
         float* kd = kbuf_.data() + h * hd;
         float* vd = vbuf_.data() + h * hd;
         if (o.dtype == DType::kF32) {
@@ -378,6 +500,57 @@ Status Engine::forward_own(Active& r, const StepItem& it) {
     own_batch_.add(toks[static_cast<size_t>(p)], p, 0, it.logits && p + 1 == it.end);
   }
   return model_.forward(own_batch_, s.cache, backend_, r.own_logits.data(), s.observer());
+}
+
+void Engine::reserve_pages(const StepPlan& plan) {
+  for (const auto& it : plan.items) {
+    if (!sched_.is_running(it.id) || active_.at(it.id)->own) continue;
+    for (;;) {
+      const Status st = kv_.reserve(it.slot, it.end - it.begin);
+      if (st.ok()) break;
+      bool made_room = false;
+      if (st.code() == ErrorCode::kOverBudget) {
+        // First what nobody runs: a cached prefix. Then the newest sequence of the pool (the one
+        // that has done least work), which may be this one.
+        if (const int cached = sched_.cached_free_slot(); cached >= 0) {
+          kv_.release(cached);
+          sched_.drop_cache(cached);
+          made_room = true;
+        } else {
+          SeqId victim = -1;
+          double newest = -1;
+          for (const auto& [id, a] : active_) {
+            if (a->own || !sched_.is_running(id) || kv_.pages_held(sched_.slot_of(id)) == 0) continue;
+            if (victim < 0 || a->admitted > newest || (a->admitted == newest && id > victim)) {
+              victim = id;
+              newest = a->admitted;
+            }
+          }
+          if (victim >= 0 && (victim != it.id || sched_.n_running() > 1)) {
+            preempt(victim);
+            made_room = true;
+          }
+        }
+      }
+      if (!made_room) {
+        kv_.release(it.slot);
+        finish(it.id, FinishReason::kError, st);
+        break;
+      }
+      if (!sched_.is_running(it.id)) break;  // it was the one preempted
+    }
+  }
+}
+
+void Engine::preempt(SeqId id) {
+  Active& r = *active_.at(id);
+  const int slot = sched_.slot_of(id);
+  r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(slot));
+  kv_.release(slot);
+  sched_.preempt(id, now_s());
+  ++r.preemptions;
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.preemptions;
 }
 
 // K and V bytes of the rows slot `slot` holds in the shared cache (never quantized).
@@ -490,8 +663,19 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
     f.kv_quant = r.own->cache.options().quant;
   } else {
     const int slot = sched_.slot_of(id);
-    if (slot >= 0) f.kv.peak_used_bytes = slot_used_bytes(slot);
-    f.kv_bytes = kv_.reserved_bytes() / static_cast<uint64_t>(std::max(opts_.n_parallel, 1));
+    if (r.evictor) {
+      // Counts the last token in the peak (and the round it may complete), as a run alone would.
+      if (slot >= 0 && r.admitted >= 0 && reason != FinishReason::kError) (void)r.evictor->step(kv_, slot);
+      f.kv = r.evictor->stats();
+      f.kv_policy = r.evictor->policy().name();
+    }
+    if (slot >= 0) r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(slot));
+    f.kv.peak_used_bytes = r.peak_slot_bytes;
+    f.preemptions = r.preemptions;
+    f.kv_bytes = uses_pool() ? r.peak_held_bytes
+                             : kv_.reserved_bytes() / static_cast<uint64_t>(std::max(opts_.n_parallel, 1));
+    // An evicted slot is no prefix for anyone: its pages go back now.
+    if (slot >= 0 && (r.evictor || !opts_.prefix_cache)) kv_.release(slot);
   }
   sched_.cancel(id);
   if (opts_.on_finish) opts_.on_finish(f);

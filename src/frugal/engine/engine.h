@@ -51,6 +51,10 @@ struct EngineStats {
   int64_t kv_rows_cached = 0;    // rows held by all slots (running + cached prefixes)
   int64_t kv_rows_total = 0;
   uint64_t kv_bytes = 0;         // reserved KV memory
+  int64_t kv_pages_total = 0;    // the pool (0: the cache lives on the device)
+  int64_t kv_pages_free = 0;
+  int64_t kv_pages_running = 0;  // held by running sequences (the rest of the used ones: cached prefixes)
+  uint64_t preemptions = 0;      // sequences sent back to the queue for want of pages
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;    // prompt tokens of admitted requests
   uint64_t prefix_hit_tokens = 0;  // of those, reused from cached KV
@@ -93,6 +97,12 @@ class Engine {
   Status forward_own(Active& r, const StepItem& it);
   uint64_t slot_used_bytes(int slot) const;
   Status copy_rows(int src, int dst, int32_t begin, int32_t end);
+  // The host page pool is the memory budget (cpu); a device-resident cache keeps its own slots.
+  bool uses_pool() const { return backend_.name() == "cpu"; }
+  // Pages for every item of the plan, dropping cached prefixes and preempting the newest
+  // sequences when the pool runs out.
+  void reserve_pages(const StepPlan& plan);
+  void preempt(SeqId id);
   double now_s() const;
 
   Model& model_;
@@ -109,6 +119,8 @@ class Engine {
   std::vector<float> kbuf_, vbuf_;     // [n_head_kv * head_dim] for copying rows
   Batch batch_;
   Batch own_batch_;                    // one sequence with a KV state of its own
+  std::vector<AttentionObserver*> slot_observers_;  // [slot] during a step's forward pass
+  int64_t promised_pages_ = 0;         // pages admissions of the current plan will need
   std::chrono::steady_clock::time_point t0_;
 
   // Shared with submitters.

@@ -89,7 +89,9 @@ struct FinishedRequest {
   int64_t generated_tokens = 0;  // including a final end-of-generation token
   uint64_t seed = 0;
   RequestTimings timings;
-  uint64_t kv_bytes = 0;         // KV reserved for this sequence (its share of the slots, or its own)
+  uint64_t kv_bytes = 0;         // KV for this sequence: the most pool pages it held (its own cache's
+                                 // reservation; a device cache: its share of the slots)
+  int64_t preemptions = 0;       // times it gave its pages back to be recomputed later
   KvEvictionStats kv;            // eviction rounds and their time, peak live KV bytes
   std::string kv_policy = "full";  // the request's KV policy and quantization
   KvQuant kv_quant = KvQuant::kNone;

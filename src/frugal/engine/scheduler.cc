@@ -119,6 +119,7 @@ StepPlan Scheduler::plan(double now_s) {
     if (static_cast<int32_t>(s.tokens.size()) == r.n_prompt && budget > 0) add_item(id, r.slot);
   }
   while (!waiting_.empty() && budget > 0 && n_running() < static_cast<int>(slots_.size())) {
+    if (gate_ && !gate_(waiting_.front().id, static_cast<int32_t>(waiting_.front().prompt.size()))) break;
     Waiting w = std::move(waiting_.front());
     waiting_.pop_front();
     const Admission a = admit(w);
@@ -177,6 +178,29 @@ bool Scheduler::cancel(SeqId id) {
   if (!running_.count(id)) return false;
   release(id);
   return true;
+}
+
+bool Scheduler::preempt(SeqId id, double now_s) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return false;
+  Slot& s = slots_[static_cast<size_t>(it->second.slot)];
+  Waiting w{id, std::move(s.tokens), now_s, s.shares_kv};
+  s.tokens.clear();
+  s.n_kv = 0;
+  s.owner = -1;
+  s.shares_kv = true;
+  s.last_used = ++tick_;
+  running_.erase(it);
+  waiting_.push_front(std::move(w));
+  return true;
+}
+
+int Scheduler::cached_free_slot() const {
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+    const Slot& s = slots_[static_cast<size_t>(i)];
+    if (s.owner < 0 && s.n_kv > 0) return i;
+  }
+  return -1;
 }
 
 const Scheduler::Slot& Scheduler::slot_of_seq(SeqId id) const {

@@ -12,6 +12,11 @@
 // prompt), then prefilling sequences get prompt chunks in admission order, then waiting requests
 // are admitted while slots and step budget (max_step_tokens) last.
 //
+// Memory. With a page pool behind the slots (the engine's KV cache), a slot is not memory: the
+// engine passes an admission gate that says whether the pool can take a request's prompt now, and
+// when a step cannot get its pages it preempts a sequence, which goes back to the front of the
+// queue with its prompt and generated tokens, to be recomputed when it is admitted again.
+//
 // Prefix caching. A finished sequence leaves its tokens' KV in its slot. A new request takes the
 // free slot whose cached tokens share the longest prefix with its prompt (least recently used on
 // ties) and keeps those rows; if another slot - running or free - shares a longer prefix by at
@@ -22,6 +27,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -102,6 +108,15 @@ class Scheduler {
   void drop_cache(int slot);
   // Removes a waiting request or releases a running one; false when `id` is unknown.
   bool cancel(SeqId id);
+  // Stops a running sequence and queues it first, its prompt and generated tokens as the prompt to
+  // recompute (its slot caches nothing). False when `id` is not running.
+  bool preempt(SeqId id, double now_s);
+  // Asked before each admission with the request and the tokens it would compute (prompt minus a
+  // reused prefix is not known yet: the whole prompt); false keeps it and everything behind it
+  // waiting. Unset: slots are the only limit.
+  void set_admission_gate(std::function<bool(SeqId, int32_t)> gate) { gate_ = std::move(gate); }
+  // A free slot that caches a prefix, or -1.
+  int cached_free_slot() const;
 
   bool is_running(SeqId id) const { return running_.count(id) > 0; }
   bool is_waiting(SeqId id) const;
@@ -149,6 +164,7 @@ class Scheduler {
   std::deque<Waiting> waiting_;
   std::unordered_map<SeqId, Running> running_;
   uint64_t tick_ = 0;
+  std::function<bool(SeqId, int32_t)> gate_;
 };
 
 }  // namespace frugal

@@ -114,7 +114,12 @@ std::string Metrics::render(const EngineStats& s) const {
   out.reserve(16384);
   gauge(out, "vllm:num_requests_running", "Number of requests in model execution batches.", l, s.running);
   gauge(out, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", l, s.waiting);
-  const double usage = s.kv_rows_total > 0 ? static_cast<double>(s.kv_rows_running) / s.kv_rows_total : 0.0;
+  // With a page pool: the pages running sequences hold (cached prefixes can be dropped at any time,
+  // so they count as free, as vLLM counts its cached blocks); a device cache: rows running.
+  const double usage = s.kv_pages_total > 0
+                           ? static_cast<double>(s.kv_pages_running) / static_cast<double>(s.kv_pages_total)
+                       : s.kv_rows_total > 0 ? static_cast<double>(s.kv_rows_running) / s.kv_rows_total
+                                             : 0.0;
   gauge(out, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l, usage);
   counter(out, "vllm:prompt_tokens_total", "Number of prefill tokens processed.", l, s.prompt_tokens);
   counter(out, "vllm:generation_tokens_total", "Number of generation tokens processed.", l, s.generated_tokens);
@@ -146,6 +151,11 @@ std::string Metrics::render(const EngineStats& s) const {
   gauge(out, "frugal:kv_cache_cached_rows", "KV rows held by all slots, running and cached prefixes.", l,
         static_cast<double>(s.kv_rows_cached));
   gauge(out, "frugal:num_sequence_slots", "Sequences that can run at once.", l, s.n_slots);
+  counter(out, "vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", l, s.preemptions);
+  gauge(out, "frugal:kv_pool_pages", "Pages of the KV page pool (0: the cache is on the device).", l,
+        static_cast<double>(s.kv_pages_total));
+  gauge(out, "frugal:kv_pool_free_pages", "Pages of the KV page pool nobody holds.", l,
+        static_cast<double>(s.kv_pages_free));
   counter(out, "frugal:engine_steps_total", "Forward steps run by the engine loop.", l, s.steps);
   counter(out, "frugal:kv_eviction_rounds_total", "KV eviction rounds of finished requests.", l, kv_rounds_);
   out += fmt::format("# HELP frugal:kv_eviction_seconds_total Time spent in those rounds.\n"
