@@ -35,6 +35,8 @@ struct Engine::Active {
   std::vector<float> own_logits;    // [n_vocab] the last row of its own forward pass
   double arrival = 0, admitted = -1, first_token = -1, last_token = -1;
   int64_t cached = 0, prefill_tokens = 0, decode_forwards = 0, generated = 0;
+  telemetry::PhaseRecord prefill_rec, decode_rec;
+  ModelWork own_work;  // with its own KV state: its cache's bytes per position
 };
 
 namespace {
@@ -90,6 +92,11 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
       sched_(SchedulerOptions{opts.n_parallel, slot_capacity, opts.max_step_tokens, std::max(opts.max_waiting, 1),
                               opts.queue_timeout_s, opts.prefix_cache, 16}),
       t0_(std::chrono::steady_clock::now()) {
+  t0_steady_ = std::chrono::duration<double>(t0_.time_since_epoch()).count();
+  telemetry::TelemetryOptions to = opts.telemetry;
+  to.backend = backend.name();
+  tel_ = telemetry::Telemetry::open(to);
+  work_ = model_work(model, opts.kv_dtype);
   const auto n_vocab = static_cast<size_t>(model.config().n_vocab);
   pieces_.resize(n_vocab);
   blocked_.assign(n_vocab, 0);
@@ -178,6 +185,9 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
   }
   const SeqId id = next_id_.fetch_add(1);
   auto act = std::make_unique<Active>(id, std::move(req), tok_, std::move(so), n_vocab);
+  act->prefill_rec.energy.source = tel_->meter().source();
+  act->decode_rec.energy.source = tel_->meter().source();
+  act->own_work = model_work(model_, opts_.kv_dtype, kv.quant);
   if (own) {
     act->own = std::move(own);
     act->own_logits.resize(static_cast<size_t>(n_vocab));
@@ -203,6 +213,7 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       if (active_.empty()) {
+        if (tel_->sampler() != nullptr) tel_->sampler()->set_busy(false);
         cv_.wait(lk, [&] { return stop_ || !incoming_.empty(); });
       }
       if (stop_) break;
@@ -248,15 +259,22 @@ void Engine::step() {
   std::vector<StepItem> items;
   std::vector<const float*> rows;  // per item: its logits row, once its pass has run
   items.reserve(plan.items.size());
+  int64_t step_tokens = 0;
   for (const auto& it : plan.items) {
     if (!sched_.is_running(it.id)) continue;  // failed while being admitted
     items.push_back(it);
+    step_tokens += it.end - it.begin;
     if (active_.at(it.id)->own) continue;
     const auto toks = sched_.tokens(it.id);
     for (int32_t p = it.begin; p < it.end; ++p) {
       batch_.add(toks[static_cast<size_t>(p)], p, it.slot, it.logits && p + 1 == it.end);
     }
   }
+  // The step's energy: one counter interval around all of its passes (none when nothing runs or
+  // there is no counter), shared among its sequences by tokens below.
+  const bool metered = !items.empty() && tel_->meter().source() != telemetry::EnergySource::kUnavailable;
+  if (!items.empty() && tel_->sampler() != nullptr) tel_->sampler()->set_busy(true);
+  telemetry::IntervalMeter step_meter(metered ? &tel_->meter() : nullptr);
   Status shared_st = ok_status();
   if (batch_.size() > 0) shared_st = model_.forward(batch_, kv_, backend_, logits_.data());
   const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
@@ -277,17 +295,24 @@ void Engine::step() {
     }
     rows.push_back(out);
   }
+  const telemetry::EnergyDelta step_energy = metered ? step_meter.stop() : telemetry::EnergyDelta{};
   sched_.commit(plan);  // items of finished sequences are skipped
   for (size_t i = 0; i < items.size(); ++i) {
     const StepItem& it = items[i];
     auto found = active_.find(it.id);
     if (found == active_.end()) continue;
     Active& r = *found->second;
-    if (it.begin < sched_.n_prompt(it.id)) {
+    const bool prefill = it.begin < sched_.n_prompt(it.id);
+    if (prefill) {
       r.prefill_tokens += it.end - it.begin;
     } else {
       ++r.decode_forwards;
     }
+    // A sequence on its own KV state ran a pass of its own: all of that pass's weight reads are its.
+    const double share = static_cast<double>(it.end - it.begin) / static_cast<double>(std::max<int64_t>(step_tokens, 1));
+    telemetry::PhaseRecord& rec = prefill ? r.prefill_rec : r.decode_rec;
+    rec.work.merge(r.own ? r.own_work.chunk(it.begin, it.end, 1.0) : work_.chunk(it.begin, it.end, share));
+    if (metered) rec.energy.add(step_energy, share);
     if (it.logits) on_logits(r, rows[i]);
   }
   {
@@ -319,6 +344,7 @@ void Engine::apply_admission(const Admission& a, double now) {
   }
   r.admitted = now;
   r.cached = a.copy_end;
+  if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
   std::lock_guard<std::mutex> lk(mu_);
   stats_.prompt_tokens += r.req.prompt.size();
   stats_.prefix_hit_tokens += static_cast<uint64_t>(a.copy_end);
@@ -416,7 +442,10 @@ TokenId Engine::pick_token(Active& r, const float* logits) {
 
 void Engine::on_logits(Active& r, const float* logits) {
   const double now = now_s();
-  if (r.first_token < 0) r.first_token = now;
+  if (r.first_token < 0) {
+    r.first_token = now;
+    if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
+  }
   r.last_token = now;
   const TokenId t = pick_token(r, logits);
   TokenOutput out;
@@ -481,6 +510,15 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   t.prefill_tokens = r.prefill_tokens;
   t.decode_tokens = r.decode_forwards;
   t.cached_tokens = r.cached;
+  t.prefill = r.prefill_rec;
+  t.decode = r.decode_rec;
+  t.cost = &tel_->cost();
+  t.energy_meter = tel_->meter().describe();
+  if (telemetry::HardwareSampler* hs = tel_->sampler(); hs != nullptr && r.first_token >= 0) {
+    if (r.last_token > r.first_token) (void)hs->sample_now(t0_steady_ + r.last_token);
+    t.prefill.hw = hs->summarize(t0_steady_ + admitted, t0_steady_ + r.first_token);
+    t.decode.hw = hs->summarize(t0_steady_ + r.first_token, t0_steady_ + r.last_token);
+  }
   if (r.own) {
     // Counts the last token in the peak (and the round it may complete), as a run alone would.
     if (r.admitted >= 0 && reason != FinishReason::kError) (void)r.own->evictor->step(r.own->cache, 0);
@@ -493,6 +531,8 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
     if (slot >= 0) f.kv.peak_used_bytes = slot_used_bytes(slot);
     f.kv_bytes = kv_.reserved_bytes() / static_cast<uint64_t>(std::max(opts_.n_parallel, 1));
   }
+  f.timings.kv_reserved_bytes = f.kv_bytes;
+  f.timings.kv_peak_bytes = f.kv.peak_used_bytes;
   sched_.cancel(id);
   if (opts_.on_finish) opts_.on_finish(f);
   r.handle->finish(std::move(f));
