@@ -181,6 +181,13 @@ Result<HardwareProfile> read_profile(const std::string& name, const std::string&
                  "--json` output)", path);
   }
   if (j.contains("source") && j["source"].is_string()) p.source = j["source"].get<std::string>();
+  if (j.contains("prefill_in_decode")) {
+    if (!j["prefill_in_decode"].is_boolean()) {
+      return error(ErrorCode::kInvalidArgument, "{}: line {}: field 'prefill_in_decode': not true or false", path,
+                   line_of_key(text, "prefill_in_decode", 0));
+    }
+    p.prefill_in_decode = j["prefill_in_decode"].get<bool>();
+  }
   if (j.contains("idle_watts")) {
     if (!j["idle_watts"].is_number() || j["idle_watts"].get<double>() < 0) {
       return error(ErrorCode::kInvalidArgument, "{}: line {}: field 'idle_watts': not a non-negative number", path,
@@ -227,9 +234,13 @@ Result<HardwareProfile> read_profile(const std::string& name, const std::string&
     op.j_per_token = (*e)["joules_per_token_mean"].get<double>();
     (t["phase"] == "prefill" ? p.prefill : p.decode).push_back(op);
   }
-  if (p.prefill.empty() || p.decode.empty()) {
+  if ((p.prefill.empty() && !p.prefill_in_decode) || p.decode.empty()) {
     return error(ErrorCode::kInvalidArgument, "{}: line 1: field 'tests': needs a prefill (pp) and a decode (tg) test",
                  path);
+  }
+  if (p.prefill_in_decode && !p.prefill.empty()) {
+    return error(ErrorCode::kInvalidArgument, "{}: line {}: field 'prefill_in_decode': true, but the profile has a "
+                 "prefill test", path, line_of_key(text, "prefill_in_decode", 0));
   }
   return p;
 }
@@ -420,7 +431,7 @@ Result<ScenarioResult> simulate(const std::vector<TraceRequest>& trace, const st
     }
     std::vector<const OperatingPoint*> pre;
     for (const auto& op : s.profile->prefill) pre.push_back(&op);
-    s.prefill = nearest_depth(pre, 0);
+    s.prefill = nearest_depth(pre, 0);  // null: prompts priced within decode
     for (const auto& op : s.profile->decode) {
       if (op.parallel == sites[i].batch) s.decode.push_back(&op);
     }
@@ -451,10 +462,11 @@ Result<ScenarioResult> simulate(const std::vector<TraceRequest>& trace, const st
       const double context = static_cast<double>(r.prompt_tokens) + static_cast<double>(r.output_tokens) / 2;
       const OperatingPoint* d = nearest_depth(s.decode, context);
       const double per_seq = d->tok_s / d->parallel;
-      op.service = static_cast<double>(r.prompt_tokens) / s.prefill->tok_s + static_cast<double>(r.output_tokens) / per_seq;
+      const double prompt_s = s.prefill != nullptr ? static_cast<double>(r.prompt_tokens) / s.prefill->tok_s : 0;
+      const double prompt_j = s.prefill != nullptr ? static_cast<double>(r.prompt_tokens) * s.prefill->j_per_token : 0;
+      op.service = prompt_s + static_cast<double>(r.output_tokens) / per_seq;
       op.latency = s.site->rtt_ms / 1e3 + (op.start - r.arrival_s) + op.service;
-      op.joules = static_cast<double>(r.prompt_tokens) * s.prefill->j_per_token +
-                  static_cast<double>(r.output_tokens) * d->j_per_token;
+      op.joules = prompt_j + static_cast<double>(r.output_tokens) * d->j_per_token;
       op.carbon = op.joules * s.site->pue / 3.6e6 * (1 - s.site->renewable_share) * s.site->carbon.at(op.start);
     }
     size_t pick = 0;

@@ -5,7 +5,10 @@
 //   profiles  `frugal bench --json` output: tests with "phase" (prefill | decode), "n_parallel",
 //             "depth", "avg_ts" (tokens/s over all sequences) and energy.joules_per_token_mean
 //             (measured; a test without it cannot price a phase). Optional top-level
-//             "idle_watts" (the server's draw with nothing running) and "source" (provenance).
+//             "idle_watts" (the server's draw with nothing running), "source" (provenance) and
+//             "prefill_in_decode": true for a profile made from a throughput that already includes
+//             the prompts' processing (MLPerf's tokens/s): it has no prefill test, and prompt
+//             tokens then cost no extra time or energy.
 //   sites     CSV: name,profile,servers,batch,pue,wue_l_per_kwh,renewable_share,rtt_ms,carbon_csv;
 //             '#' lines are comments (sources). carbon_csv (relative to the sites file) is
 //             hour,g_co2_per_kwh rows, hours from the trace's first arrival, each value holding
@@ -55,6 +58,7 @@ struct HardwareProfile {
   std::string source;       // provenance, from the file
   std::vector<OperatingPoint> prefill, decode;
   double idle_watts = 0;
+  bool prefill_in_decode = false;
 };
 Result<HardwareProfile> read_profile(const std::string& name, const std::string& path);
 
