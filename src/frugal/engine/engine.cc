@@ -93,8 +93,9 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
                               opts.queue_timeout_s, opts.prefix_cache, 16}),
       t0_(std::chrono::steady_clock::now()) {
   t0_steady_ = std::chrono::duration<double>(t0_.time_since_epoch()).count();
-  telemetry::TelemetryOptions to = opts.telemetry;
+  telemetry::TelemetryOptions to;
   to.backend = backend.name();
+  to.sample_period_s = opts.telemetry_period_s;
   tel_ = telemetry::Telemetry::open(to);
   work_ = model_work(model, opts.kv_dtype);
   const auto n_vocab = static_cast<size_t>(model.config().n_vocab);

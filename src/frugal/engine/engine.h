@@ -41,9 +41,9 @@ struct EngineOptions {
   KvPolicyOptions kv;
   // Called on the engine thread once per request, whatever its end (metrics, request log).
   std::function<void(const FinishedRequest&)> on_finish;
-  // Energy counter and hardware sampling of each request's phases; `backend` is filled in from
-  // the backend the engine runs on. sample_period_s = 0: no sampler thread.
-  telemetry::TelemetryOptions telemetry;
+  // Hardware sampling period of each request's phases (0: no sampler thread). The energy meter
+  // is the backend's (telemetry/telemetry.h: NVML on cuda, RAPL on the CPU).
+  double telemetry_period_s = 0.05;
 };
 
 struct EngineStats {
