@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "frugal/server/request_log.h"
+#include "record_schema.h"
 #include "test_model.h"
 
 namespace frugal {
@@ -454,6 +456,26 @@ TEST_F(EngineTest, LogprobsAndStopStrings) {
   EXPECT_EQ(cs.fin.reason, FinishReason::kStop);
   EXPECT_EQ(cs.fin.stop_string, stop);
   EXPECT_EQ(cs.text, ref.text.substr(0, ref.text.find(stop)));
+}
+
+// serve's record: what `--log-requests` writes for a request this engine ran, against the schema
+// run, bench and eval records are checked with (tests/cli/record_schema_test.cc).
+TEST_F(EngineTest, RequestLogRecordMatchesTheRecordSchema) {
+  auto e = engine();
+  const auto p = prompt("a record");
+  const Collected c = collect(**e->submit(request(p, 4)));
+  const nlohmann::json rec = nlohmann::json::parse(server::RequestLog::record(c.fin, "tiny").dump())["timings"];
+  const auto schema = schema_check::MiniSchema::load(std::string(FRUGAL_SOURCE_DIR) + "/docs/record.schema.json");
+  EXPECT_EQ(schema.validate(rec), "") << rec.dump(1);
+  EXPECT_EQ(rec["energy_meter"], e->energy_meter());
+  const auto& work = rec["phases"]["prefill"]["work"];
+  EXPECT_GT(work["weight_bytes_read"].get<double>(), 0);
+  EXPECT_GT(rec["phases"]["prefill"]["hardware"]["samples"].get<int>(), 0);  // the edges are sampled
+  for (const char* phase : {"prefill", "decode"}) {
+    if (rec["phases"][phase]["energy"]["source"] == "unavailable") {
+      EXPECT_TRUE(rec["phases"][phase]["energy"]["joules"].is_null());
+    }
+  }
 }
 
 TEST_F(EngineTest, TimingsAddUp) {

@@ -40,6 +40,8 @@ struct Engine::Active {
   uint64_t peak_held_bytes = 0;     // bytes of the pool pages it held, highest seen
   double arrival = 0, admitted = -1, first_token = -1, last_token = -1;
   int64_t cached = 0, prefill_tokens = 0, decode_forwards = 0, generated = 0;
+  telemetry::PhaseRecord prefill_rec, decode_rec;
+  ModelWork own_work;  // with its own KV state: its cache's bytes per position
 };
 
 namespace {
@@ -146,6 +148,12 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
       sched_(SchedulerOptions{opts.n_parallel, slot_capacity, opts.max_step_tokens, std::max(opts.max_waiting, 1),
                               opts.queue_timeout_s, opts.prefix_cache, 16}),
       t0_(std::chrono::steady_clock::now()) {
+  t0_steady_ = std::chrono::duration<double>(t0_.time_since_epoch()).count();
+  telemetry::TelemetryOptions to;
+  to.backend = backend.name();
+  to.sample_period_s = opts.telemetry_period_s;
+  tel_ = telemetry::Telemetry::open(to);
+  work_ = model_work(model, opts.kv_dtype);
   const auto n_vocab = static_cast<size_t>(model.config().n_vocab);
   pieces_.resize(n_vocab);
   blocked_.assign(n_vocab, 0);
@@ -263,6 +271,9 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
   }
   const SeqId id = next_id_.fetch_add(1);
   auto act = std::make_unique<Active>(id, std::move(req), tok_, std::move(so), n_vocab);
+  act->prefill_rec.energy.source = tel_->meter().source();
+  act->decode_rec.energy.source = tel_->meter().source();
+  act->own_work = model_work(model_, opts_.kv_dtype, kv.quant);
   if (own) {
     act->own = std::move(own);
     act->own_logits.resize(static_cast<size_t>(n_vocab));
@@ -289,6 +300,7 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       if (active_.empty()) {
+        if (tel_->sampler() != nullptr) tel_->sampler()->set_busy(false);
         cv_.wait(lk, [&] { return stop_ || !incoming_.empty(); });
       }
       if (stop_) break;
@@ -350,9 +362,11 @@ void Engine::step() {
   std::vector<const float*> rows;  // per item: its logits row, once its pass has run
   items.reserve(plan.items.size());
   bool observed = false;
+  int64_t step_tokens = 0;
   for (const auto& it : plan.items) {
     if (!sched_.is_running(it.id)) continue;  // failed while being admitted, or preempted
     items.push_back(it);
+    step_tokens += it.end - it.begin;
     Active& r = *active_.at(it.id);
     if (r.own) continue;
     AttentionObserver* obs = r.evictor ? r.evictor->attention_observer() : nullptr;
@@ -363,6 +377,11 @@ void Engine::step() {
       batch_.add(toks[static_cast<size_t>(p)], p, it.slot, it.logits && p + 1 == it.end);
     }
   }
+  // The step's energy: one counter interval around all of its passes (none when nothing runs or
+  // there is no counter), shared among its sequences by tokens below.
+  const bool metered = !items.empty() && tel_->meter().source() != telemetry::EnergySource::kUnavailable;
+  if (!items.empty() && tel_->sampler() != nullptr) tel_->sampler()->set_busy(true);
+  telemetry::IntervalMeter step_meter(metered ? &tel_->meter() : nullptr);
   Status shared_st = ok_status();
   if (batch_.size() > 0) {
     SlotObservers observers(slot_observers_);
@@ -387,13 +406,15 @@ void Engine::step() {
     }
     rows.push_back(out);
   }
+  const telemetry::EnergyDelta step_energy = metered ? step_meter.stop() : telemetry::EnergyDelta{};
   sched_.commit(plan);  // items of finished sequences are skipped
   for (size_t i = 0; i < items.size(); ++i) {
     const StepItem& it = items[i];
     auto found = active_.find(it.id);
     if (found == active_.end()) continue;
     Active& r = *found->second;
-    if (it.begin < sched_.n_prompt(it.id)) {
+    const bool prefill = it.begin < sched_.n_prompt(it.id);
+    if (prefill) {
       r.prefill_tokens += it.end - it.begin;
     } else {
       ++r.decode_forwards;
@@ -402,6 +423,11 @@ void Engine::step() {
       r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(it.slot));
       r.peak_held_bytes = std::max(r.peak_held_bytes, static_cast<uint64_t>(kv_.pages_held(it.slot)) * kv_.page_bytes());
     }
+    // A sequence on its own KV state ran a pass of its own: all of that pass's weight reads are its.
+    const double share = static_cast<double>(it.end - it.begin) / static_cast<double>(std::max<int64_t>(step_tokens, 1));
+    telemetry::PhaseRecord& rec = prefill ? r.prefill_rec : r.decode_rec;
+    rec.work.merge(r.own ? r.own_work.chunk(it.begin, it.end, 1.0) : work_.chunk(it.begin, it.end, share));
+    if (metered) rec.energy.add(step_energy, share);
     if (it.logits) on_logits(r, rows[i]);
   }
   {
@@ -437,10 +463,13 @@ void Engine::apply_admission(const Admission& a, double now) {
       return;
     }
   }
-  if (r.admitted < 0) r.admitted = now;  // a preempted sequence keeps its first admission
+  const bool first_admission = r.admitted < 0;  // a preempted sequence keeps its first admission
+  if (first_admission) r.admitted = now;
   r.cached = a.copy_end;
   // Stream 0: the random policy draws as it would for the request run alone, whatever its slot.
   if (r.evictor) r.evictor->begin(kv_, a.slot, static_cast<int32_t>(r.req.prompt.size()), 0);
+  if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
+  if (!first_admission) return;
   std::lock_guard<std::mutex> lk(mu_);
   stats_.prompt_tokens += r.req.prompt.size();
   stats_.prefix_hit_tokens += static_cast<uint64_t>(a.copy_end);
@@ -589,7 +618,10 @@ TokenId Engine::pick_token(Active& r, const float* logits) {
 
 void Engine::on_logits(Active& r, const float* logits) {
   const double now = now_s();
-  if (r.first_token < 0) r.first_token = now;
+  if (r.first_token < 0) {
+    r.first_token = now;
+    if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
+  }
   r.last_token = now;
   const TokenId t = pick_token(r, logits);
   TokenOutput out;
@@ -654,6 +686,15 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   t.prefill_tokens = r.prefill_tokens;
   t.decode_tokens = r.decode_forwards;
   t.cached_tokens = r.cached;
+  t.prefill = r.prefill_rec;
+  t.decode = r.decode_rec;
+  t.cost = &tel_->cost();
+  t.energy_meter = tel_->meter().describe();
+  if (telemetry::HardwareSampler* hs = tel_->sampler(); hs != nullptr && r.first_token >= 0) {
+    if (r.last_token > r.first_token) (void)hs->sample_now(t0_steady_ + r.last_token);
+    t.prefill.hw = hs->summarize(t0_steady_ + admitted, t0_steady_ + r.first_token);
+    t.decode.hw = hs->summarize(t0_steady_ + r.first_token, t0_steady_ + r.last_token);
+  }
   if (r.own) {
     // Counts the last token in the peak (and the round it may complete), as a run alone would.
     if (r.admitted >= 0 && reason != FinishReason::kError) (void)r.own->evictor->step(r.own->cache, 0);
@@ -677,6 +718,8 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
     // An evicted slot is no prefix for anyone: its pages go back now.
     if (slot >= 0 && (r.evictor || !opts_.prefix_cache)) kv_.release(slot);
   }
+  f.timings.kv_reserved_bytes = f.kv_bytes;
+  f.timings.kv_peak_bytes = f.kv.peak_used_bytes;
   sched_.cancel(id);
   if (opts_.on_finish) opts_.on_finish(f);
   r.handle->finish(std::move(f));

@@ -20,6 +20,7 @@
 #include "frugal/engine/request.h"
 #include "frugal/engine/scheduler.h"
 #include "frugal/engine/sequence_kv.h"
+#include "frugal/engine/work.h"
 #include "frugal/kv/kv_cache.h"
 #include "frugal/model/model.h"
 #include "frugal/tokenize/tokenizer.h"
@@ -40,6 +41,9 @@ struct EngineOptions {
   KvPolicyOptions kv;
   // Called on the engine thread once per request, whatever its end (metrics, request log).
   std::function<void(const FinishedRequest&)> on_finish;
+  // Hardware sampling period of each request's phases (0: no sampler thread). The energy meter
+  // is the backend's (telemetry/telemetry.h: NVML on cuda, RAPL on the CPU).
+  double telemetry_period_s = 0.05;
 };
 
 struct EngineStats {
@@ -80,6 +84,8 @@ class Engine {
   const KvPolicyOptions& default_kv() const { return opts_.kv; }
   const Tokenizer& tokenizer() const { return tok_; }
   const Model& model() const { return model_; }
+  // What the energy meter measures, or why it measures nothing.
+  const std::string& energy_meter() const { return tel_->meter().describe(); }
   // Stops the loop; running and waiting requests finish as cancelled.
   void shutdown();
 
@@ -122,6 +128,9 @@ class Engine {
   std::vector<AttentionObserver*> slot_observers_;  // [slot] during a step's forward pass
   int64_t promised_pages_ = 0;         // pages admissions of the current plan will need
   std::chrono::steady_clock::time_point t0_;
+  double t0_steady_ = 0;               // t0_ in telemetry::steady_seconds()
+  std::unique_ptr<telemetry::Telemetry> tel_;
+  ModelWork work_;                     // bytes and FLOPs of a pass (shared slot cache)
 
   // Shared with submitters.
   mutable std::mutex mu_;

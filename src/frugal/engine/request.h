@@ -16,17 +16,27 @@
 #include "frugal/decode/stop.h"
 #include "frugal/engine/json_constraint.h"
 #include "frugal/kv/eviction.h"
+#include "frugal/telemetry/telemetry.h"
 
 namespace frugal {
 
 using SeqId = int64_t;
 
-// Phase timings of one generation: prefill and decode, as `run --json`, `bench` and eval report them.
+// Phase timings of one generation: prefill and decode, as `run --json`, `bench` and eval report them,
+// with each phase's energy (measured where a counter exists), work (bytes, FLOPs: the estimate's
+// inputs) and sampled hardware telemetry. A forward step that carries several sequences is shared
+// among them by their tokens in it: its energy and its weight reads in proportion, its KV reads and
+// attention FLOPs as each sequence's own (engine/work.h).
 struct Timings {
   double prefill_ms = 0;
   double decode_ms = 0;
   int64_t prefill_tokens = 0;
   int64_t decode_tokens = 0;  // forward passes during decode
+  telemetry::PhaseRecord prefill, decode;
+  const telemetry::CostModel* cost = nullptr;  // the estimate's constants; null: no estimate
+  std::string energy_meter;     // what the meter measures, or why there is none
+  uint64_t kv_reserved_bytes = 0;  // KV memory reserved for this generation
+  uint64_t kv_peak_bytes = 0;      // the most K/V bytes it held at once
   double prefill_tok_s() const { return prefill_ms > 0 ? prefill_tokens * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const { return decode_ms > 0 ? decode_tokens * 1000.0 / decode_ms : 0; }
 };

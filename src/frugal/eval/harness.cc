@@ -1,5 +1,7 @@
 #include "frugal/eval/harness.h"
 
+#include "frugal/engine/timings_json.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -248,7 +250,8 @@ std::string report_json(const std::vector<EvalReport>& reports) {
                                 {"completion", e.completion}, {"prompt_tokens", e.prompt_tokens},
                                 {"generated_tokens", e.generated_tokens}, {"prefill_ms", e.timings.prefill_ms},
                                 {"decode_ms", e.timings.decode_ms}, {"kl", e.kl}, {"top1", e.top1},
-                                {"kv_rounds", e.kv_rounds}, {"kv_round_ms", e.kv_round_ms}});
+                                {"kv_rounds", e.kv_rounds}, {"kv_round_ms", e.kv_round_ms},
+                                {"timings", timings_json<nlohmann::json>(local_request_timings(e.timings))}});
     }
     out.push_back(jr);
   }

@@ -101,6 +101,70 @@ void Metrics::observe(const FinishedRequest& f) {
   decode_.observe(t.decode_ms / 1e3);
   prompt_tokens_.observe(static_cast<double>(f.prompt_tokens));
   gen_tokens_.observe(static_cast<double>(f.generated_tokens));
+  const telemetry::PhaseRecord* recs[2] = {&t.prefill, &t.decode};
+  const int64_t tokens[2] = {t.prefill_tokens, t.decode_tokens};
+  for (int i = 0; i < 2; ++i) {
+    const telemetry::PhaseRecord& r = *recs[i];
+    PhaseSums& p = phases_[static_cast<size_t>(i)];
+    if (r.energy.reliable()) {
+      p.joules[telemetry::energy_source_name(r.energy.source)] += r.energy.joules;
+    } else {
+      ++p.unmeasured[r.energy.source == telemetry::EnergySource::kUnavailable
+                         ? "unavailable"
+                         : telemetry::counter_issue_name(r.energy.issue)];
+    }
+    if (t.cost != nullptr) {
+      p.estimate_joules += telemetry::estimate_joules(r.work, *t.cost);
+      estimate_model_ = t.cost->name;
+    }
+    p.weight_bytes += r.work.weight_bytes;
+    p.kv_bytes += r.work.kv_bytes;
+    p.flops += r.work.flops;
+    p.tokens += static_cast<uint64_t>(std::max<int64_t>(tokens[i], 0));
+  }
+}
+
+// The per-request record's phase fields summed (engine/timings_json.h): measured energy by source,
+// phases with no measurement by reason, the estimate beside them under its own name, and the work.
+void Metrics::render_phases(std::string& out, const std::string& l) const {
+  static const char* kPhase[2] = {"prefill", "decode"};
+  const auto family = [&](const char* name, const char* help, const char* type) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  family("frugal:energy_joules_total",
+         "Measured energy of finished requests' phases (hardware counters: nvml or rapl), by phase and source.",
+         "counter");
+  for (int i = 0; i < 2; ++i) {
+    for (const auto& [source, j] : phases_[static_cast<size_t>(i)].joules) {
+      out += fmt::format("frugal:energy_joules_total{{{},phase=\"{}\",source=\"{}\"}} {}\n", l, kPhase[i], source, j);
+    }
+  }
+  family("frugal:energy_unmeasured_phases_total",
+         "Phases of finished requests with no measured energy: no counter (unavailable) or an unreliable interval.",
+         "counter");
+  for (int i = 0; i < 2; ++i) {
+    for (const auto& [reason, n] : phases_[static_cast<size_t>(i)].unmeasured) {
+      out += fmt::format("frugal:energy_unmeasured_phases_total{{{},phase=\"{}\",reason=\"{}\"}} {}\n", l, kPhase[i],
+                         reason, n);
+    }
+  }
+  const auto per_phase = [&](const char* name, const char* help, auto get) {
+    family(name, help, "counter");
+    for (int i = 0; i < 2; ++i) {
+      out += fmt::format("{}{{{},phase=\"{}\"}} {}\n", name, l, kPhase[i], get(phases_[static_cast<size_t>(i)]));
+    }
+  };
+  per_phase("frugal:energy_estimate_joules_total",
+            "ESTIMATED energy (bytes x pJ/byte + FLOPs x pJ/FLOP), not a measurement; see docs/energy.md.",
+            [](const PhaseSums& p) { return p.estimate_joules; });
+  per_phase("frugal:weight_bytes_read_total", "Weight bytes read by finished requests' phases (their share of each pass).",
+            [](const PhaseSums& p) { return p.weight_bytes; });
+  per_phase("frugal:kv_bytes_read_total", "K and V bytes read by attention in finished requests' phases.",
+            [](const PhaseSums& p) { return p.kv_bytes; });
+  per_phase("frugal:flops_total", "Matrix and attention FLOPs of finished requests' phases.",
+            [](const PhaseSums& p) { return p.flops; });
+  per_phase("frugal:phase_tokens_total", "Tokens of finished requests' phases (prompt tokens run; decode steps).",
+            [](const PhaseSums& p) { return p.tokens; });
 }
 
 void Metrics::count_http(int status) {
@@ -168,6 +232,7 @@ std::string Metrics::render(const EngineStats& s) const {
     out += fmt::format("frugal:kv_policy_requests_total{{{},policy=\"{}\",quant=\"{}\"}} {}\n", l,
                        key.substr(0, slash), key.substr(slash + 1), n);
   }
+  render_phases(out, l);
   gauge(out, "process_resident_memory_bytes", "Resident memory size in bytes.", "",
         static_cast<double>(resident_bytes()));
   out += "# HELP frugal:http_responses_total HTTP responses by status code.\n"
