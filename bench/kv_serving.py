@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""KV policies under one memory budget, served: throughput of concurrent long generations.
+
+Starts `frugal serve` once per configuration with a KV page pool of --kv-memory bytes (by default
+25% of what `parallel` sequences of prompt + generated tokens need with the full cache), sends
+`requests` completions at once (each: the same kind of prompt, `max_tokens` generated, greedy,
+ignore_eos) with the KV policy and budget as per-request fields, and reports generated tokens per
+second, mean and p95 latency, time to first token (streamed), and the preemptions and pool usage
+/metrics shows. Every configuration sees the same requests and the same pool.
+
+Usage: bench/kv_serving.py --frugal build/bin/frugal -m models/default.gguf [--parallel 16]
+         [--requests 32] [--max-tokens 1024] [--budget 0.25] [--policies full,random,snapkv,h2o,rkv]
+         [--memory-fraction 0.25] [--threads N] [--json out.json]
+"""
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post_stream(url, body, timeout):
+    """Streams one completion; returns (first-token time, end time, completion tokens)."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    t0 = time.monotonic()
+    first = None
+    tokens = 0
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            ev = json.loads(data)
+            if ev.get("choices") and ev["choices"][0].get("text") and first is None:
+                first = time.monotonic()
+            if ev.get("usage"):
+                tokens = ev["usage"].get("completion_tokens", tokens)
+    end = time.monotonic()
+    return (first or end) - t0, end - t0, tokens
+
+
+def metric(text, name):
+    m = re.search(r"^" + re.escape(name) + r"\{[^}]*\} ([0-9.e+-]+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def run_config(args, policy, memory, port):
+    cmd = [args.frugal, "serve", "-m", args.model, "--port", str(port), "--parallel", str(args.parallel),
+           "--kv-memory", str(memory), "-c", str(args.ctx)]
+    if args.threads:
+        cmd += ["-t", str(args.threads)]
+    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(base + "/health", timeout=1).read()
+                break
+            except Exception:
+                if srv.poll() is not None:
+                    raise RuntimeError(f"serve exited: {srv.stderr.read()}")
+                time.sleep(0.1)
+        results = [None] * args.requests
+        errors = []
+
+        def one(i):
+            body = {"model": "default", "prompt": args.prompt_text + f" ({i})", "max_tokens": args.max_tokens, "temperature": 0,
+                    "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+            if policy != "full":
+                body["kv_policy"] = policy
+                body["kv_budget"] = args.budget
+            try:
+                results[i] = post_stream(base + "/v1/completions", body, args.timeout)
+            except urllib.error.HTTPError as e:
+                errors.append(f"{policy} request {i}: {e}: {e.read().decode(errors='replace')}")
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(f"{policy} request {i}: {e}")
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(args.requests)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.monotonic() - t0
+        metrics = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+    if errors:
+        raise RuntimeError("; ".join(errors[:3]))
+    done = [r for r in results if r]
+    lat = sorted(r[1] for r in done)
+    ttft = [r[0] for r in done]
+    tokens = sum(r[2] for r in done)
+    return {
+        "policy": policy,
+        "requests": len(done),
+        "generated_tokens": tokens,
+        "wall_s": wall,
+        "tok_per_s": tokens / wall,
+        "mean_latency_s": statistics.mean(lat),
+        "p95_latency_s": lat[min(len(lat) - 1, int(0.95 * len(lat)))],
+        "mean_ttft_s": statistics.mean(ttft),
+        "tpot_ms": 1e3 * statistics.mean((r[1] - r[0]) / max(r[2] - 1, 1) for r in done),
+        "preemptions": metric(metrics, "vllm:num_preemptions_total"),
+        "pool_pages": metric(metrics, "frugal:kv_pool_pages"),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frugal", default="build/bin/frugal")
+    ap.add_argument("-m", "--model", default="models/default.gguf")
+    ap.add_argument("--parallel", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=1024)
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--budget", type=float, default=0.25, help="kv_budget of the evicting policies")
+    ap.add_argument("--memory-fraction", type=float, default=0.25,
+                    help="pool = this fraction of parallel x (prompt + max_tokens) tokens of full cache")
+    ap.add_argument("--policies", default="full,random,snapkv,h2o,rkv")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--json")
+    ap.add_argument("--prompt-text", default="Once upon a time there was a little red fox who lived in the woods")
+    args = ap.parse_args()
+
+    info = subprocess.run([args.frugal, "info", "-m", args.model], capture_output=True, text=True).stdout
+    def key(name):
+        m = re.search(r"\." + name + r"\s+u32\s+(\d+)", info)
+        return int(m.group(1)) if m else None
+    n_layer, n_head, n_kv = key("block_count"), key("attention.head_count"), key("attention.head_count_kv")
+    n_embd = key("embedding_length")
+    if None in (n_layer, n_head, n_embd):
+        sys.exit("kv_serving: could not read the model shape from `frugal info`")
+    n_kv = n_kv or n_head
+    head_dim = n_embd // n_head
+    per_token = n_layer * n_kv * head_dim * 2 * 2  # f16 K and V
+    trace = 32 + args.max_tokens
+    memory = int(args.memory_fraction * args.parallel * trace * per_token)
+    print(f"model {args.model}: {n_layer} layers x {n_kv} KV heads x {head_dim}; {per_token} KV bytes/token; "
+          f"pool {memory} bytes = {args.memory_fraction:.0%} of {args.parallel} x {trace} tokens; "
+          f"{args.requests} requests x {args.max_tokens} tokens, budget {args.budget}")
+    rows = []
+    for policy in args.policies.split(","):
+        r = run_config(args, policy, memory, free_port())
+        rows.append(r)
+        print(f"{policy:8s} {r['tok_per_s']:9.1f} tok/s  wall {r['wall_s']:7.1f} s  latency mean {r['mean_latency_s']:6.1f} "
+              f"p95 {r['p95_latency_s']:6.1f} s  TTFT {r['mean_ttft_s']:6.2f} s  TPOT {r['tpot_ms']:6.1f} ms  "
+              f"preemptions {r['preemptions']:.0f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"memory_bytes": memory, "args": vars(args), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
