@@ -23,35 +23,12 @@
 # steps.tsv (status and seconds per step) and the log.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PACK=$ROOT/.cudabench
-
 PHASE=${1:-smoke}
 BUDGET=${2:-540}
-START=$(date +%s)
-RESULT=${OUT:-$ROOT/cudabench-out}
-WORK=${TMPDIR:-/tmp}/cudabench-work
-rm -rf "$WORK" && mkdir -p "$WORK" "$RESULT"
-LOG=$RESULT/cuda_vs_llamacpp.log
-STEPS=$WORK/steps.tsv
-: >"$STEPS"
-exec > >(tee "$LOG") 2>&1
-pack() { cp "$LOG" "$WORK/" 2>/dev/null; tar czf "$RESULT/cudabench.tgz.part" -C "$WORK" . 2>/dev/null &&
-  mv -f "$RESULT/cudabench.tgz.part" "$RESULT/cudabench.tgz"; }
-trap pack EXIT
-left() { echo $((BUDGET - ($(date +%s) - START))); }
-say() { echo "[$(($(date +%s) - START))s] $*"; }
-ulimit -c 0
-
-F=$PACK/bin/frugal
+RUN=cudabench LOGNAME_=cuda_vs_llamacpp.log
+# shellcheck source=bench/gpu_run.sh
+. "$ROOT/bench/gpu_run.sh"
 T=$PACK/bin/cuda_tests
-[ -x "$F" ] || { echo "no $F: run bench/cuda_h200.sh --pack first"; exit 2; }
-CUBLAS=$(ls /usr/local/cuda/lib64/libcublas.so.13 /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.13 2>/dev/null | head -1)
-[ -n "$CUBLAS" ] || CUBLAS=$(find /opt /usr -name 'libcublas.so.13' 2>/dev/null | head -1)
-CXXLIB=
-if ! grep -qa GLIBCXX_3.4.30 "$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 /{print $NF; exit}')" 2>/dev/null; then
-  CXXLIB=:$PACK/lib/cxx
-fi
-export LD_LIBRARY_PATH=$PACK/lib$CXXLIB${CUBLAS:+:$(dirname "$CUBLAS")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 say "phase $PHASE, budget ${BUDGET}s, cublas ${CUBLAS:-not found}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
 

@@ -26,35 +26,13 @@
 # steps.tsv and the log; J/token per repetition is in tests[].energy.samples_joules_per_token.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PACK=$ROOT/.cudabench
 BUDGET=${1:-570}
 STUDY=${STUDY:-all}
 REPS=${REPS:-5}
 SHAPES=${SHAPES:-mha gqa swa}
-START=$(date +%s)
-RESULT=${OUT:-$ROOT/energybench-out}
-WORK=${TMPDIR:-/tmp}/energybench-work
-rm -rf "$WORK" && mkdir -p "$WORK" "$RESULT"
-LOG=$RESULT/energy_h200.log
-STEPS=$WORK/steps.tsv
-: >"$STEPS"
-exec > >(tee "$LOG") 2>&1
-pack() { cp "$LOG" "$WORK/" 2>/dev/null; tar czf "$RESULT/energybench.tgz.part" -C "$WORK" . 2>/dev/null &&
-  mv -f "$RESULT/energybench.tgz.part" "$RESULT/energybench.tgz"; }
-trap pack EXIT
-left() { echo $((BUDGET - ($(date +%s) - START))); }
-say() { echo "[$(($(date +%s) - START))s] $*"; }
-ulimit -c 0
-
-F=$PACK/bin/frugal
-[ -x "$F" ] || { echo "no $F: run BUILD=build-cuda bench/cuda_h200.sh --pack first"; exit 2; }
-CUBLAS=$(ls /usr/local/cuda/lib64/libcublas.so.13 /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.13 2>/dev/null | head -1)
-[ -n "$CUBLAS" ] || CUBLAS=$(find /opt /usr -name 'libcublas.so.13' 2>/dev/null | head -1)
-CXXLIB=
-if ! grep -qa GLIBCXX_3.4.30 "$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 /{print $NF; exit}')" 2>/dev/null; then
-  CXXLIB=:$PACK/lib/cxx
-fi
-export LD_LIBRARY_PATH=$PACK/lib$CXXLIB${CUBLAS:+:$(dirname "$CUBLAS")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+RUN=energybench LOGNAME_=energy_h200.log
+# shellcheck source=bench/gpu_run.sh
+. "$ROOT/bench/gpu_run.sh"
 # NVML numbers GPUs in PCI order; make the CUDA runtime agree so both name the same GPU.
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 say "study $STUDY, shapes $SHAPES, reps $REPS, budget ${BUDGET}s, cublas ${CUBLAS:-not found}"

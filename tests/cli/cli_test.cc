@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/run_frugal.h"
+#include "cli/tiny_model.h"
 #include "frugal/format/gguf.h"
 #include "frugal/synth/random_model.h"
 
@@ -22,20 +23,11 @@ namespace fs = std::filesystem;
 class CliBadInput : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("frugal_cli_models_" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
-    auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
-    ASSERT_TRUE(opts.ok()) << opts.status().to_string();
-    opts->n_layer = 2;
-    opts->weight_type = "F32";
-    good_ = new std::string((*dir_ / "good.gguf").string());
-    ASSERT_TRUE(synth::write_random_model(*opts, *good_).ok());
+    tiny_ = new TinyModelDir("frugal_cli_models_", "good.gguf");
+    dir_ = &tiny_->dir;
+    good_ = &tiny_->model;
   }
-  static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
-    delete dir_;
-    delete good_;
-  }
+  static void TearDownTestSuite() { delete tiny_; }
   // Copies `good` into a new file with `edit` applied to its bytes.
   static std::string variant(const std::string& name, const std::function<void(std::string&)>& edit) {
     std::string bytes = slurp(*good_);
@@ -60,6 +52,7 @@ class CliBadInput : public ::testing::Test {
     EXPECT_TRUE(w.write(p).ok());
     return p;
   }
+  static inline TinyModelDir* tiny_ = nullptr;
   static inline fs::path* dir_ = nullptr;
   static inline std::string* good_ = nullptr;
 };

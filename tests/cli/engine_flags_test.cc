@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/run_frugal.h"
+#include "cli/tiny_model.h"
 #include "frugal/synth/random_model.h"
 
 namespace frugal {
@@ -24,24 +25,16 @@ const std::vector<std::string> kSharedFlags = {"--threads",  "--device",    "--k
 class EngineFlags : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("frugal_engine_flags_" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
-    auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
-    ASSERT_TRUE(opts.ok()) << opts.status().to_string();
-    opts->n_layer = 2;
-    opts->weight_type = "F32";
-    model_ = new std::string((*dir_ / "tiny.gguf").string());
-    ASSERT_TRUE(synth::write_random_model(*opts, *model_).ok());
+    tiny_ = new TinyModelDir("frugal_engine_flags_");
+    dir_ = &tiny_->dir;
+    model_ = &tiny_->model;
   }
-  static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
-    delete dir_;
-    delete model_;
-  }
+  static void TearDownTestSuite() { delete tiny_; }
   // The command with the model and what else it needs to reach its engine options (run: a prompt).
   static std::string command(const std::string& cmd, const std::string& flags) {
     return cmd + " -m " + *model_ + (cmd == "run" ? " -p hi" : "") + " " + flags;
   }
+  static inline TinyModelDir* tiny_ = nullptr;
   static inline fs::path* dir_ = nullptr;
   static inline std::string* model_ = nullptr;
 };

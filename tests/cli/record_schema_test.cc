@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_frugal.h"
+#include "cli/tiny_model.h"
 #include "frugal/synth/random_model.h"
 #include "record_schema.h"
 
@@ -21,20 +22,11 @@ using nlohmann::json;
 class RecordSchema : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("frugal_record_" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
-    auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
-    ASSERT_TRUE(opts.ok()) << opts.status().to_string();
-    opts->n_layer = 2;
-    opts->weight_type = "F32";
-    model_ = new std::string((*dir_ / "tiny.gguf").string());
-    ASSERT_TRUE(synth::write_random_model(*opts, *model_).ok());
+    tiny_ = new TinyModelDir("frugal_record_");
+    dir_ = &tiny_->dir;
+    model_ = &tiny_->model;
   }
-  static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
-    delete dir_;
-    delete model_;
-  }
+  static void TearDownTestSuite() { delete tiny_; }
   static schema_check::MiniSchema schema() {
     return schema_check::MiniSchema::load(std::string(FRUGAL_SOURCE_DIR) + "/docs/record.schema.json");
   }
@@ -53,9 +45,11 @@ class RecordSchema : public ::testing::Test {
       }
     }
   }
+  static TinyModelDir* tiny_;
   static fs::path* dir_;
   static std::string* model_;
 };
+TinyModelDir* RecordSchema::tiny_ = nullptr;
 fs::path* RecordSchema::dir_ = nullptr;
 std::string* RecordSchema::model_ = nullptr;
 

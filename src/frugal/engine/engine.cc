@@ -184,10 +184,7 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
       const int64_t need = static_cast<int64_t>(o.n_layer) * o.n_head_kv *
                            ((tokens + 1 + o.page_tokens - 1) / o.page_tokens);
       while (kv_.free_pages() - promised_pages_ < need) {
-        const int slot = sched_.cached_free_slot();
-        if (slot < 0) return false;
-        kv_.release(slot);
-        sched_.drop_cache(slot);
+        if (!drop_cached_prefix()) return false;
       }
       promised_pages_ += need;
       return true;
@@ -534,41 +531,44 @@ Status Engine::forward_own(Active& r, const StepItem& it) {
 void Engine::reserve_pages(const StepPlan& plan) {
   for (const auto& it : plan.items) {
     if (!sched_.is_running(it.id) || active_.at(it.id)->own) continue;
-    for (;;) {
-      const Status st = kv_.reserve(it.slot, it.end - it.begin);
-      if (st.ok()) break;
-      bool made_room = false;
-      if (st.code() == ErrorCode::kOverBudget) {
-        // First what nobody runs: a cached prefix. Then the newest sequence of the pool (the one
-        // that has done least work), which may be this one.
-        if (const int cached = sched_.cached_free_slot(); cached >= 0) {
-          kv_.release(cached);
-          sched_.drop_cache(cached);
-          made_room = true;
-        } else {
-          SeqId victim = -1;
-          double newest = -1;
-          for (const auto& [id, a] : active_) {
-            if (a->own || !sched_.is_running(id) || kv_.pages_held(sched_.slot_of(id)) == 0) continue;
-            if (victim < 0 || a->admitted > newest || (a->admitted == newest && id > victim)) {
-              victim = id;
-              newest = a->admitted;
-            }
-          }
-          if (victim >= 0 && (victim != it.id || sched_.n_running() > 1)) {
-            preempt(victim);
-            made_room = true;
-          }
-        }
-      }
-      if (!made_room) {
-        kv_.release(it.slot);
-        finish(it.id, FinishReason::kError, st);
-        break;
-      }
+    const int32_t n = it.end - it.begin;
+    Status st = kv_.reserve(it.slot, n);
+    // Only a lack of free pages is answered by making room (a full sequence is not).
+    while (!st.ok() && kv_.pages_needed(it.slot, n) > kv_.free_pages() && make_room(it.id)) {
       if (!sched_.is_running(it.id)) break;  // it was the one preempted
+      st = kv_.reserve(it.slot, n);
+    }
+    if (!st.ok() && sched_.is_running(it.id)) {
+      kv_.release(it.slot);
+      finish(it.id, FinishReason::kError, st);
     }
   }
+}
+
+// First what nobody runs: a cached prefix. Then the newest sequence of the pool (the one that has
+// done least work), which may be `for_id` itself, unless it runs alone.
+bool Engine::make_room(SeqId for_id) {
+  if (drop_cached_prefix()) return true;
+  SeqId victim = -1;
+  double newest = -1;
+  for (const auto& [id, a] : active_) {
+    if (a->own || !sched_.is_running(id) || kv_.pages_held(sched_.slot_of(id)) == 0) continue;
+    if (victim < 0 || a->admitted > newest || (a->admitted == newest && id > victim)) {
+      victim = id;
+      newest = a->admitted;
+    }
+  }
+  if (victim < 0 || (victim == for_id && sched_.n_running() == 1)) return false;
+  preempt(victim);
+  return true;
+}
+
+bool Engine::drop_cached_prefix() {
+  const int slot = sched_.cached_free_slot();
+  if (slot < 0) return false;
+  kv_.release(slot);
+  sched_.drop_cache(slot);
+  return true;
 }
 
 void Engine::preempt(SeqId id) {

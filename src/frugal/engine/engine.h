@@ -109,6 +109,11 @@ class Engine {
   // sequences when the pool runs out.
   void reserve_pages(const StepPlan& plan);
   void preempt(SeqId id);
+  // Gives the pages of one idle slot's cached prefix back to the pool; false when none caches one.
+  bool drop_cached_prefix();
+  // Frees pages for sequence `for_id`: a cached prefix, else a preempted sequence; false when
+  // nothing can be given back.
+  bool make_room(SeqId for_id);
   double now_s() const;
 
   Model& model_;

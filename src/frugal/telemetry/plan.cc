@@ -261,9 +261,11 @@ double CarbonSeries::integral(double t0, double t1) const {
   return sum;
 }
 
-Result<CarbonSeries> read_carbon(const std::string& path) {
-  FRUGAL_ASSIGN_OR_RETURN(std::string text, read_text(path, "carbon intensity"));
-  CarbonSeries c;
+// Calls row(line number, fields) for every data row of a CSV text whose first row (comments and
+// blank lines skipped) must be `cols` and whose rows must have as many fields; stops at an error.
+template <typename Row>
+Status for_each_csv_row(const std::string& text, const std::string& path, const std::vector<std::string>& cols,
+                        Row&& row) {
   std::istringstream in(text);
   std::string line;
   int n = 0;
@@ -273,13 +275,24 @@ Result<CarbonSeries> read_carbon(const std::string& path) {
     if (line.empty() || line[0] == '#' || line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto f = split_csv(line);
     if (!header) {
-      if (f.size() != 2 || f[0] != "hour" || f[1] != "g_co2_per_kwh") {
-        return error(ErrorCode::kInvalidArgument, "{}: line {}: expected the header 'hour,g_co2_per_kwh'", path, n);
+      if (f != cols) {
+        return error(ErrorCode::kInvalidArgument, "{}: line {}: expected the header '{}'", path, n, fmt::join(cols, ","));
       }
       header = true;
       continue;
     }
-    if (f.size() != 2) return error(ErrorCode::kInvalidArgument, "{}: line {}: expected 2 fields, found {}", path, n, f.size());
+    if (f.size() != cols.size()) {
+      return error(ErrorCode::kInvalidArgument, "{}: line {}: expected {} fields, found {}", path, n, cols.size(), f.size());
+    }
+    FRUGAL_RETURN_IF_ERROR(row(n, f));
+  }
+  return ok_status();
+}
+
+Result<CarbonSeries> read_carbon(const std::string& path) {
+  FRUGAL_ASSIGN_OR_RETURN(std::string text, read_text(path, "carbon intensity"));
+  CarbonSeries c;
+  FRUGAL_RETURN_IF_ERROR(for_each_csv_row(text, path, {"hour", "g_co2_per_kwh"}, [&](int n, const std::vector<std::string>& f) -> Status {
     double h = 0, g = 0;
     if (!parse_double(f[0], h) || h < 0) {
       return error(ErrorCode::kInvalidArgument, "{}: line {}: field 'hour': '{}' is not a non-negative number", path, n, f[0]);
@@ -294,7 +307,8 @@ Result<CarbonSeries> read_carbon(const std::string& path) {
     }
     c.start_s.push_back(h * 3600);
     c.g_per_kwh.push_back(g);
-  }
+    return ok_status();
+  }));
   if (c.start_s.empty()) return error(ErrorCode::kInvalidArgument, "{}: no rows", path);
   return c;
 }
@@ -304,24 +318,7 @@ Result<std::vector<Site>> read_sites(const std::string& path) {
   static const std::vector<std::string> kCols = {"name", "profile", "servers", "batch", "pue", "wue_l_per_kwh",
                                                  "renewable_share", "rtt_ms", "carbon_csv"};
   std::vector<Site> out;
-  std::istringstream in(text);
-  std::string line;
-  int n = 0;
-  bool header = false;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.empty() || line[0] == '#' || line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto f = split_csv(line);
-    if (!header) {
-      if (f != kCols) {
-        return error(ErrorCode::kInvalidArgument, "{}: line {}: expected the header '{}'", path, n, fmt::join(kCols, ","));
-      }
-      header = true;
-      continue;
-    }
-    if (f.size() != kCols.size()) {
-      return error(ErrorCode::kInvalidArgument, "{}: line {}: expected {} fields, found {}", path, n, kCols.size(), f.size());
-    }
+  FRUGAL_RETURN_IF_ERROR(for_each_csv_row(text, path, kCols, [&](int n, const std::vector<std::string>& f) -> Status {
     const auto bad = [&](size_t col, const std::string& why) {
       return error(ErrorCode::kInvalidArgument, "{}: line {}: field '{}': '{}' {}", path, n, kCols[col], f[col], why);
     };
@@ -355,7 +352,8 @@ Result<std::vector<Site>> read_sites(const std::string& path) {
       if (o.name == s.name) return bad(0, "is the name of an earlier site");
     }
     out.push_back(std::move(s));
-  }
+    return ok_status();
+  }));
   if (out.empty()) return error(ErrorCode::kInvalidArgument, "{}: no sites", path);
   return out;
 }
