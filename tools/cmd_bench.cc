@@ -5,6 +5,13 @@
 // threads), and every tg figure is also given as the fraction of it that the step's reads use:
 // weight bytes per step (every matrix once; the embedding table only when it is also the output)
 // plus the F16 KV rows attended, times steps/s, over the measured rate.
+//
+// Energy: each repetition's timed region is one interval of the backend's energy counter (NVML on
+// cuda, RAPL on the CPU; "unavailable" where none can be read) and of the hardware sampler; a pp
+// test is a prefill phase, a tg test a decode phase. --json gives every test its per-request
+// record (engine/timings_json.h, summed over the repetitions) and J/token per repetition; --energy
+// prints the J/token table, measured and, apart, the estimate. -d and --parallel take lists
+// (1k = 1024): every test runs at every depth, and every tg test at every parallel count.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +19,10 @@
 #include <random>
 
 #include <nlohmann/json.hpp>
+
+#include "frugal/engine/timings_json.h"
+#include "frugal/engine/work.h"
+#include "frugal/telemetry/telemetry.h"
 
 #include "command.h"
 #include "common.h"
@@ -28,9 +39,10 @@ struct BenchArgs {
   EngineFlags engine;
   int reps = 5;
   int n_batch = 512;
-  int n_parallel = 1;
-  int depth = 0;
+  std::vector<std::string> parallel_list{"1"};
+  std::vector<std::string> depth_list{"0"};
   bool fill_depth = false;
+  bool energy = false;
   bool roofline = false;
   bool no_roofline = false;
   bool json = false;
@@ -40,7 +52,12 @@ struct TestResult {
   std::string name;
   int n_prompt = 0;
   int n_gen = 0;
+  int n_parallel = 1;
+  int depth = 0;
   std::vector<double> samples;  // tokens/s
+  std::vector<double> joules_per_token;  // measured, per reliable repetition
+  int unreliable = 0;                    // repetitions whose counter interval was unreliable
+  Timings record;                        // summed over the repetitions
   double mean() const {
     double s = 0;
     for (double x : samples) s += x;
@@ -87,11 +104,19 @@ Status fill_cache(const Model& model, KvCache& kv, int n_par, int depth, std::mt
   return ok_status();
 }
 
-// Runs one repetition and returns tokens/s; the cache starts empty. With n_par > 1 every decode
+struct Rep {
+  double seconds = 0;
+  double tokens = 0;
+  telemetry::PhaseRecord phase;  // the timed region: prefill (pp) or decode (tg)
+};
+
+// Runs one repetition and returns its time, tokens and phase record; the cache starts empty. With n_par > 1 every decode
 // step carries one token of each of n_par sequences (tokens/s counts all of them). With depth > 0
 // each sequence first gets `depth` untimed context tokens, so pp/tg are measured at that depth.
-Result<double> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int n_batch, int n_par, int depth,
-                        const CacheSpec& cs, std::mt19937& rng) {
+Result<Rep> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int n_batch, int n_par, int depth,
+                     const CacheSpec& cs, std::mt19937& rng, telemetry::Telemetry* tel = nullptr) {
+  const ModelWork mw = model_work(model, cs.dtype, cs.quant);
+  Rep rep;
   const int64_t n_vocab = model.config().n_vocab;
   KvCacheOptions ko = model.kv_options(n_par, depth + n_prompt + n_gen + 1, cs.dtype);
   ko.quant = cs.quant;
@@ -111,20 +136,59 @@ Result<double> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int 
         const int end = std::min(to, i + n_batch);
         for (int j = i; j < end; ++j) b.add(tok(rng), j, s, j + 1 == end);
         FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, logits.data()));
+        if (from >= depth) rep.phase.work.merge(mw.chunk(i, end, 1.0));
       }
     }
     return ok_status();
   };
   if (!cs.fill_depth) FRUGAL_RETURN_IF_ERROR(prefill(0, depth));
+  telemetry::EnergyMeter* meter = tel != nullptr ? &tel->meter() : nullptr;
+  const bool metered = meter != nullptr && meter->source() != telemetry::EnergySource::kUnavailable;
+  telemetry::HardwareSampler* hs = tel != nullptr ? tel->sampler() : nullptr;
+  if (hs != nullptr) hs->set_busy(true);
+  const double h0 = telemetry::steady_seconds();
+  if (hs != nullptr) (void)hs->sample_now(h0);
   const auto t0 = std::chrono::steady_clock::now();
+  telemetry::IntervalMeter im(metered ? meter : nullptr);
   FRUGAL_RETURN_IF_ERROR(prefill(depth, depth + n_prompt));
   for (int i = 0; i < n_gen; ++i) {
     b.clear();
-    for (int s = 0; s < n_par; ++s) b.add(tok(rng), depth + n_prompt + i, s, true);
+    const int32_t p = depth + n_prompt + i;
+    for (int s = 0; s < n_par; ++s) b.add(tok(rng), p, s, true);
     FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, logits.data()));
+    for (int s = 0; s < n_par; ++s) rep.phase.work.merge(mw.chunk(p, p + 1, 1.0 / n_par));
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return (n_prompt + static_cast<double>(n_gen) * n_par) / s;
+  const telemetry::EnergyDelta d = metered ? im.stop() : telemetry::EnergyDelta{};
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rep.tokens = n_prompt + static_cast<double>(n_gen) * n_par;
+  rep.phase.energy.source = meter != nullptr ? meter->source() : telemetry::EnergySource::kUnavailable;
+  if (metered) rep.phase.energy.add(d, 1.0);
+  if (hs != nullptr) {
+    const double h1 = telemetry::steady_seconds();
+    (void)hs->sample_now(h1);
+    rep.phase.hw = hs->summarize(h0, h1);
+    hs->set_busy(false);
+  }
+  return rep;
+}
+
+// "512", "1k" (1024), "64K": a non-negative token count.
+Result<int> parse_count(const std::string& flag, const std::string& v) {
+  std::string digits = v;
+  int64_t mul = 1;
+  if (!digits.empty() && (digits.back() == 'k' || digits.back() == 'K')) {
+    mul = 1024;
+    digits.pop_back();
+  }
+  int64_t n = 0;
+  if (digits.empty() || digits.size() > 9) return error(ErrorCode::kInvalidArgument, "{}: '{}' is not a count", flag, v);
+  for (char c : digits) {
+    if (c < '0' || c > '9') return error(ErrorCode::kInvalidArgument, "{}: '{}' is not a count (e.g. 512, 4k)", flag, v);
+    n = n * 10 + (c - '0');
+  }
+  n *= mul;
+  if (n > (1 << 30)) return error(ErrorCode::kInvalidArgument, "{}: {} is too large", flag, v);
+  return static_cast<int>(n);
 }
 
 uint64_t tensor_bytes(const WeightTensor& w) { return static_cast<uint64_t>(w.rows) * w.row_stride; }
@@ -153,12 +217,26 @@ int bench(const BenchArgs& a) {
   // bench measures the cache as configured (type, quantization) but keeps every token: no eviction.
   if (engine_opts.kv_policy.policy != "full") {
     return fail(cmd, "--kv-policy " + engine_opts.kv_policy.policy +
-                         ": bench keeps every token (full); eviction runs in `frugal run` and `frugal eval`");
+                         ": bench keeps every token (full); eviction runs in `frugal run`, `frugal eval` and `frugal serve`");
   }
   if (engine_opts.kv_policy.memory > 0) {
     return fail(cmd, "--kv-memory: bench sizes the cache to each test (depth + prompt + generated tokens)");
   }
   if (a.reps < 1) return fail(cmd, "-r must be at least 1");
+  std::vector<int> depths, parallels;
+  for (const std::string& v : a.depth_list) {
+    auto n = parse_count("--depth", v);
+    if (!n.ok()) return fail(cmd, n.status().message());
+    depths.push_back(*n);
+  }
+  for (const std::string& v : a.parallel_list) {
+    auto n = parse_count("--parallel", v);
+    if (!n.ok()) return fail(cmd, n.status().message());
+    if (*n < 1) return fail(cmd, "--parallel must be at least 1");
+    parallels.push_back(*n);
+  }
+  if (depths.empty()) depths.push_back(0);
+  if (parallels.empty()) parallels.push_back(1);
   auto path = resolve_model_path(a.model);
   if (!path.ok()) return fail(cmd, path.status().message());
   ModelLoadOptions mo;
@@ -168,8 +246,6 @@ int bench(const BenchArgs& a) {
   mo.cpu_layouts = a.engine.device == "cpu";
   auto model = Model::load(*path, mo);
   if (!model.ok()) return fail(cmd, model.status().message());
-  if (a.n_parallel < 1) return fail(cmd, "--parallel must be at least 1");
-  if (a.depth < 0) return fail(cmd, "--depth must not be negative");
   CpuBackendOptions bo;
   bo.n_threads = resolve_threads(a.engine.threads);
   auto made = make_backend(a.engine.device, bo.n_threads);
@@ -184,37 +260,93 @@ int bench(const BenchArgs& a) {
   if (cs.quant != KvQuant::kNone && a.engine.device != "cpu") {
     return fail(cmd, "--kv-quant: the quantized caches run on the CPU backend only");
   }
+  telemetry::TelemetryOptions to;
+  to.backend = be->name();
+  auto tel = telemetry::Telemetry::open(to);
+  const telemetry::EnergyMeter& meter = tel->meter();
 
   std::vector<TestResult> tests;
-  for (int p : a.n_prompt) {
-    if (p > 0) tests.push_back({"pp" + std::to_string(p), p, 0, {}});
-  }
-  for (int g : a.n_gen) {
-    if (g > 0) {
-      tests.push_back({"tg" + std::to_string(g) + (a.n_parallel > 1 ? "x" + std::to_string(a.n_parallel) : ""), 0, g,
-                       {}});
+  for (int d : depths) {
+    for (int p : a.n_prompt) {
+      if (p > 0) tests.push_back({"pp" + std::to_string(p), p, 0, 1, d});
+    }
+    for (int g : a.n_gen) {
+      if (g <= 0) continue;
+      for (int par : parallels) {
+        tests.push_back({"tg" + std::to_string(g) + (par > 1 ? "x" + std::to_string(par) : ""), 0, g, par, d});
+      }
     }
   }
-  if (a.depth > 0) {
-    for (auto& t : tests) t.name += "@d" + std::to_string(a.depth);
+  for (auto& t : tests) {
+    if (t.depth > 0) t.name += "@d" + std::to_string(t.depth);
   }
+  if (!a.json && a.energy) std::printf("energy meter: %s\n", meter.describe().c_str());
   for (auto& t : tests) {
     // Warm-up: touches the weights and grows every buffer once.
-    const int par = t.n_gen > 0 ? a.n_parallel : 1;
     // Two decode steps: the CUDA backend captures a step's graph the second time it runs.
     auto w = run_once(**model, *be, t.n_prompt > 0 ? std::min(t.n_prompt, a.n_batch) : 0, t.n_gen > 0 ? 2 : 0,
-                      a.n_batch, par, 0, cs, rng);
+                      a.n_batch, t.n_parallel, 0, cs, rng);
     if (!w.ok()) return fail(cmd, w.status().message());
+    Timings& rec = t.record;
+    rec.cost = &tel->cost();
+    rec.energy_meter = meter.describe();
     for (int r = 0; r < a.reps; ++r) {
-      auto ts = run_once(**model, *be, t.n_prompt, t.n_gen, a.n_batch, par, a.depth, cs, rng);
+      auto ts = run_once(**model, *be, t.n_prompt, t.n_gen, a.n_batch, t.n_parallel, t.depth, cs, rng, tel.get());
       if (!ts.ok()) return fail(cmd, ts.status().message());
-      t.samples.push_back(*ts);
+      t.samples.push_back(ts->tokens / ts->seconds);
+      const bool pp = t.n_prompt > 0;
+      telemetry::PhaseRecord& phase = pp ? rec.prefill : rec.decode;
+      if (r == 0) {
+        phase.energy.source = ts->phase.energy.source;
+        rec.prefill.energy.source = rec.decode.energy.source = ts->phase.energy.source;
+      }
+      phase.merge(ts->phase);
+      phase.hw = ts->phase.hw;  // the last repetition's samples
+      (pp ? rec.prefill_ms : rec.decode_ms) += ts->seconds * 1e3;
+      (pp ? rec.prefill_tokens : rec.decode_tokens) += static_cast<int64_t>(ts->tokens);
+      if (ts->phase.energy.reliable()) {
+        t.joules_per_token.push_back(ts->phase.energy.joules / ts->tokens);
+      } else if (ts->phase.energy.source != telemetry::EnergySource::kUnavailable) {
+        ++t.unreliable;
+      }
     }
     if (!a.json) {
       std::printf("%-40s %-24s %3d threads %4s %10s %10.2f ± %.2f tok/s\n", path->c_str(),
                   (*model)->describe_types().substr(0, 24).c_str(), bo.n_threads, be->name().c_str(), t.name.c_str(),
                   t.mean(), t.sd());
       std::fflush(stdout);
+    }
+  }
+  // J/token: measured (mean ± sd over reliable repetitions) and, apart, the estimate.
+  const auto stats = [](const std::vector<double>& v) {
+    double m = 0, sd = 0;
+    for (double x : v) m += x;
+    m = v.empty() ? 0 : m / static_cast<double>(v.size());
+    for (double x : v) sd += (x - m) * (x - m);
+    sd = v.size() > 1 ? std::sqrt(sd / static_cast<double>(v.size() - 1)) : 0;
+    return std::pair<double, double>(m, sd);
+  };
+  const auto estimate_per_token = [&](const TestResult& t) {
+    const telemetry::PhaseRecord& ph = t.n_prompt > 0 ? t.record.prefill : t.record.decode;
+    const int64_t n = t.n_prompt > 0 ? t.record.prefill_tokens : t.record.decode_tokens;
+    return n > 0 ? telemetry::estimate_joules(ph.work, tel->cost()) / static_cast<double>(n) : 0.0;
+  };
+  if (!a.json && a.energy) {
+    std::printf("%-16s %6s %8s %9s  %-30s %s\n", "test", "phase", "depth", "parallel", "measured J/token",
+                ("estimate J/token (" + tel->cost().name + ", not a measurement)").c_str());
+    for (const auto& t : tests) {
+      std::string measured;
+      if (!t.joules_per_token.empty()) {
+        const auto [m, sd] = stats(t.joules_per_token);
+        measured = fmt::format("{:.6g} ± {:.2g} ({}, n={})", m, sd, telemetry::energy_source_name(meter.source()),
+                               t.joules_per_token.size());
+      } else if (meter.source() == telemetry::EnergySource::kUnavailable) {
+        measured = "unavailable";
+      } else {
+        measured = fmt::format("unreliable ({} of {} repetitions)", t.unreliable, a.reps);
+      }
+      std::printf("%-16s %6s %8d %9d  %-30s %.6g\n", t.name.c_str(), t.n_prompt > 0 ? "pp" : "tg", t.depth,
+                  t.n_parallel, measured.c_str(), estimate_per_token(t));
     }
   }
   // The roofline is measured after the tests, so its buffer neither disturbs them nor counts in the
@@ -231,8 +363,8 @@ int bench(const BenchArgs& a) {
   // Fraction of the roofline a tg test's reads use (0 when not measured or not a tg test).
   const auto roofline_fraction = [&](const TestResult& t) {
     if (bandwidth <= 0 || t.n_gen <= 0) return 0.0;
-    const int par = a.n_parallel;
-    const double context = a.depth + (t.n_gen + 1) / 2.0;
+    const int par = t.n_parallel;
+    const double context = t.depth + (t.n_gen + 1) / 2.0;
     const double steps_per_s = t.mean() / par;
     const double bytes =
         step_read_bytes(**model, 0) + (step_read_bytes(**model, context, cs.quant) - step_read_bytes(**model, 0)) * par;
@@ -262,10 +394,24 @@ int bench(const BenchArgs& a) {
     j["tests"] = nlohmann::json::array();
     for (const auto& t : tests) {
       j["tests"].push_back({{"name", t.name}, {"n_prompt", t.n_prompt}, {"n_gen", t.n_gen}, {"kv_quant", std::string(kv_quant_name(cs.quant))},
-                            {"n_parallel", t.n_gen > 0 ? a.n_parallel : 1}, {"depth", a.depth},
+                            {"n_parallel", t.n_parallel}, {"depth", t.depth},
                             {"avg_ts", t.mean()}, {"stddev_ts", t.sd()}, {"samples_ts", t.samples}});
-      if (bandwidth > 0 && t.n_gen > 0) j["tests"].back()["roofline_fraction"] = roofline_fraction(t);
+      auto& jt = j["tests"].back();
+      if (bandwidth > 0 && t.n_gen > 0) jt["roofline_fraction"] = roofline_fraction(t);
+      // What the plan command reads as a hardware profile: J/token measured per repetition (none
+      // when unavailable or unreliable) and, apart, the estimate.
+      jt["phase"] = t.n_prompt > 0 ? "prefill" : "decode";
+      const auto [jm, jsd] = stats(t.joules_per_token);
+      jt["energy"] = {{"source", telemetry::energy_source_name(meter.source())},
+                      {"joules_per_token_mean", t.joules_per_token.empty() ? nlohmann::json(nullptr) : nlohmann::json(jm)},
+                      {"joules_per_token_sd", t.joules_per_token.empty() ? nlohmann::json(nullptr) : nlohmann::json(jsd)},
+                      {"samples_joules_per_token", t.joules_per_token},
+                      {"reliable_reps", t.joules_per_token.size()},
+                      {"unreliable_reps", t.unreliable}};
+      jt["estimate"] = {{"model", tel->cost().name}, {"joules_per_token", estimate_per_token(t)}};
+      jt["record"] = timings_json<nlohmann::json>(local_request_timings(t.record));
     }
+    j["energy_meter"] = meter.describe();
     j["peak_rss_bytes"] = peak_rss;
     j["weight_bytes_per_token"] = step_read_bytes(**model, 0);
     if (bandwidth > 0) {
@@ -293,15 +439,22 @@ RunFn setup(CLI::App& app) {
   app.add_option("-n,--n-gen", a->n_gen, "generation lengths to test (repeatable)")->capture_default_str();
   app.add_option("-r,--repetitions", a->reps, "repetitions per test")->capture_default_str();
   app.add_option("-b,--batch-size", a->n_batch, "prompt tokens per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--parallel", a->n_parallel, "sequences decoded together in tg tests (one token each per step)")
+  app.add_option("--parallel", a->parallel_list,
+                 "sequences decoded together in tg tests (one token each per step); a list: 1,8,64")
+      ->delimiter(',')
       ->capture_default_str();
-  app.add_option("-d,--depth", a->depth, "context tokens already in the cache before each timed test (untimed)")
+  app.add_option("-d,--depth", a->depth_list,
+                 "context tokens already in the cache before each timed test (untimed); a list: 1k,4k,16k")
+      ->delimiter(',')
       ->capture_default_str();
   app.add_flag("--fill-depth", a->fill_depth,
                "write the -d context as random K/V rows instead of running the model over it (fast)");
   add_engine_flags(app, a->engine);
   app.add_flag("--roofline", a->roofline, "cuda, --json: also measure copy bandwidth and BF16 GEMM peak");
   app.add_flag("--no-roofline", a->no_roofline, "cpu: skip the memory bandwidth measurement after the tests");
+  app.add_flag("--energy", a->energy,
+               "print J/token per test: measured (NVML on cuda, RAPL on the CPU, or 'unavailable') and, apart, "
+               "the estimate");
   app.add_flag("--json", a->json, "print results as JSON");
   return [a]() { return bench(*a); };
 }

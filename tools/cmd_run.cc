@@ -39,18 +39,6 @@ struct RunArgs {
   SamplingParams sampling;
 };
 
-// The request-timing schema the server's responses and request log use, so scripts read both
-// alike: generate() samples the first token from the prefill's logits, so it arrives when the
-// prefill ends, and every later token costs one decode step; a local run has no queue.
-RequestTimings run_timings(const Timings& t) {
-  RequestTimings r;
-  static_cast<Timings&>(r) = t;
-  r.ttft_ms = t.prefill_ms;
-  r.tpot_ms = t.decode_tokens > 0 ? t.decode_ms / static_cast<double>(t.decode_tokens) : 0;
-  r.total_ms = t.prefill_ms + t.decode_ms;
-  return r;
-}
-
 Result<std::string> render_chat(const Tokenizer& tok, const RunArgs& a, const std::string& user) {
   FRUGAL_ASSIGN_OR_RETURN(ChatTemplateKind kind, detect_chat_template(tok.chat_template()));
   std::vector<ChatMessage> msgs;
@@ -137,7 +125,7 @@ int run(const RunArgs& a) {
                         {"prompt_tokens", res->prompt_tokens},
                         {"tokens", res->tokens},
                         {"stop_reason", res->stop_reason},
-                        {"timings", timings_json<nlohmann::json>(run_timings(res->timings))},
+                        {"timings", timings_json<nlohmann::json>(local_request_timings(res->timings))},
                         {"kv", {{"policy", go.kv_policy.policy},
                                 {"quant", kv_quant_name(go.kv_policy.quant)},
                                 {"memory_tokens", res->kv_eviction.memory_tokens},

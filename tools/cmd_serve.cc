@@ -65,7 +65,6 @@ int serve(const ServeArgs& a) {
 
   GenerateOptions engine_opts;
   if (Status st = apply_engine_flags(a.engine, engine_opts); !st.ok()) return fail(cmd, st.message());
-  if (Status st = require_full_cache(engine_opts, "the batched engine"); !st.ok()) return fail(cmd, st.message());
   auto path = resolve_model_path(a.model);
   if (!path.ok()) return fail(cmd, path.status().message());
   EngineOptions eo;
@@ -77,6 +76,11 @@ int serve(const ServeArgs& a) {
   eo.prefix_cache = !a.no_prefix_cache;
   eo.kv_dtype = engine_opts.kv_dtype;
   eo.kv_memory = engine_opts.kv_policy.memory;
+  // --kv-policy, --kv-budget, --kv-quant...: the default of a request that names none. --kv-memory
+  // sizes the shared slots, not one sequence.
+  eo.kv = engine_opts.kv_policy;
+  eo.kv.memory = 0;
+  if (Status st = validate(eo.kv); !st.ok()) return fail(cmd, st.message());  // before the model loads
   auto body = parse_size(a.max_body);
   if (!body.ok()) return fail(cmd, "--max-body: " + body.status().message());
   if (a.timeout <= 0) return fail(cmd, "--timeout must be positive");

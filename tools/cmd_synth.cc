@@ -30,6 +30,7 @@ struct SynthArgs {
   int64_t ffn = -1;
   int64_t vocab = -1;
   int64_t ctx = -1;
+  int64_t window = -1;
   double weight_std = -1;
   int threads = 0;
 };
@@ -79,6 +80,7 @@ void apply_overrides(const SynthArgs& a, synth::RandomModelOptions& o) {
   set(a.ffn, o.n_ff);
   set(a.vocab, o.n_vocab);
   set(a.ctx, o.n_ctx);
+  set(a.window, o.sliding_window);
   if (a.weight_std >= 0) o.weight_std = a.weight_std;
   if (!a.type.empty()) o.weight_type = a.type;
   if (!a.name.empty()) o.name = a.name;
@@ -131,6 +133,9 @@ RunFn setup(CLI::App& app) {
   app.add_option("--ffn", a->ffn, "override the feed-forward size");
   app.add_option("--vocab", a->vocab, "override the vocabulary size (synthetic vocabularies only)");
   app.add_option("--ctx", a->ctx, "override the training context length");
+  app.add_option("--sliding-window", a->window,
+                 "attention window in tokens (llama and mistral shapes; 0: none); with --kv-heads equal to --heads "
+                 "the shape is MHA, fewer KV heads GQA");
   app.add_option("--std", a->weight_std, "standard deviation of the matrices");
   app.add_option("-t,--threads", a->threads, "threads for quantizing (0: all cores)")->capture_default_str();
   return [a]() { return synth_model(*a); };

@@ -97,16 +97,4 @@ std::vector<std::string> given_engine_settings(const EngineFlags& flags) {
   return out;
 }
 
-Status require_full_cache(const GenerateOptions& opts, const std::string& where) {
-  if (opts.kv_policy.policy != "full") {
-    return error(ErrorCode::kNotSupported, "--kv-policy {}: {} keeps every token (full); eviction runs in `frugal run` "
-                 "and `frugal eval`", opts.kv_policy.policy, where);
-  }
-  if (opts.kv_policy.quant != KvQuant::kNone) {
-    return error(ErrorCode::kNotSupported, "--kv-quant {}: {} keeps an unquantized cache; KV quantization runs in "
-                 "`frugal run` and `frugal eval`", kv_quant_name(opts.kv_policy.quant), where);
-  }
-  return ok_status();
-}
-
 }  // namespace frugal::cli

@@ -2,8 +2,8 @@
 // options (type, policy, budget, buffer, quantization, memory, ...). Each flag is defined once
 // here, with its help text and default, and its value is parsed once, by set_generate_option (the
 // parser `eval --set` uses as well), so a flag means the same in every command and a bad value gets
-// the same message everywhere. A command that cannot honour a value (the batched engine does not
-// evict yet) refuses it with a message naming the flag, never ignores it.
+// the same message everywhere. A command that cannot honour a value (bench measures the
+// keep-everything cache) refuses it with a message naming the flag, never ignores it.
 #pragma once
 
 #include <map>
@@ -48,8 +48,5 @@ Status apply_engine_flags(const EngineFlags& flags, GenerateOptions& opts);
 // The given flags as NAME=VALUE settings, e.g. {"kv-quant=int8"} (eval's configuration labels).
 std::vector<std::string> given_engine_settings(const EngineFlags& flags);
 
-// For engines that keep every token in an unquantized cache (serve's batched engine, bench):
-// kNotSupported naming the flag when `opts` asks for eviction or KV quantization.
-Status require_full_cache(const GenerateOptions& opts, const std::string& where);
 
 }  // namespace frugal::cli

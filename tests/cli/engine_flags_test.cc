@@ -82,11 +82,14 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
   }
 }
 
-TEST_F(EngineFlags, CommandsThatKeepEveryTokenRefuseEvictionAndQuantization) {
-  expect_clean_failure(run_frugal(command("serve", "--kv-policy snapkv --kv-budget 64")),
-                       "frugal serve: --kv-policy snapkv: the batched engine keeps every token (full)");
-  expect_clean_failure(run_frugal(command("serve", "--kv-quant int8")),
-                       "frugal serve: --kv-quant int8: the batched engine keeps an unquantized cache");
+TEST_F(EngineFlags, ServeRefusesAnImpossibleDefaultPolicyAtStartup) {
+  expect_clean_failure(run_frugal(command("serve", "--kv-policy snapkv")),
+                       "frugal serve: kv-budget for policy 'snapkv' must be a token count (>= 1) or a fraction");
+  expect_clean_failure(run_frugal(command("serve", "--kv-policy random --kv-budget 32 --kv-buffer 64")),
+                       "frugal serve: kv-budget (32 tokens) must exceed kv-buffer (64)");
+}
+
+TEST_F(EngineFlags, BenchKeepsEveryTokenAndRefusesEviction) {
   expect_clean_failure(run_frugal(command("bench", "--kv-policy random --kv-budget 0.5")),
                        "frugal bench: --kv-policy random: bench keeps every token (full)");
   expect_clean_failure(run_frugal(command("bench", "--kv-memory 1M")),
@@ -101,6 +104,9 @@ TEST_F(EngineFlags, GoodValuesAreHonoured) {
   EXPECT_NE(r.out.find("\"quant\":\"int8\""), std::string::npos) << r.out;
   r = run_frugal(command("bench", "-p 8 -n 2 -r 1 -t 1 --kv-type f32 --json"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_frugal(command("bench", "-p 8 -n 2 -r 1 -t 1 --kv-quant int8 --no-roofline --json"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"kv_quant\": \"int8\""), std::string::npos) << r.out;
   r = run_frugal(command("eval", "--tasks passkey --lengths 192 -n 1 --no-ref -q -t 1 --kv-quant int8"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("kv-quant=int8"), std::string::npos) << "the configuration's label names the flag: " << r.out;

@@ -57,13 +57,13 @@ void expect_rows_follow_positions(const Fixture& f) {
   ASSERT_EQ(f.kv.options().dtype, DType::kF32);
   for (int l = 0; l < kLayers; ++l) {
     for (int h = 0; h < kHeadsKv; ++h) {
-      const auto* k = static_cast<const float*>(f.kv.keys(l, 0, h));
-      const auto* v = static_cast<const float*>(f.kv.values(l, 0, h));
       const int32_t* p = f.kv.positions(l, 0, h);
       for (int32_t i = 0; i < f.kv.size(l, 0, h); ++i) {
+        const auto* k = static_cast<const float*>(f.kv.key_row(l, 0, h, i));
+        const auto* v = static_cast<const float*>(f.kv.value_row(l, 0, h, i));
         for (int e = 0; e < kHeadDim; ++e) {
-          ASSERT_EQ(k[i * kHeadDim + e], f.k[p[i]][h * kHeadDim + e]);
-          ASSERT_EQ(v[i * kHeadDim + e], f.v[p[i]][h * kHeadDim + e]);
+          ASSERT_EQ(k[e], f.k[p[i]][h * kHeadDim + e]);
+          ASSERT_EQ(v[e], f.v[p[i]][h * kHeadDim + e]);
         }
       }
     }
@@ -174,9 +174,14 @@ TEST(KvPolicy, RoundsFireEveryBufferStepsAndMemoryFollowsBudget) {
   EXPECT_EQ(fired_at[0], budget + buffer);
   for (size_t i = 1; i < fired_at.size(); ++i) EXPECT_EQ(fired_at[i] - fired_at[i - 1], buffer);
   EXPECT_EQ(ev->stats().peak_used_bytes, uint64_t{kLayers} * kHeadsKv * (budget + buffer) * kHeadDim * 4 * 2);
-  EXPECT_EQ(f.kv.reserved_bytes(), uint64_t{kLayers} * kHeadsKv * cap * kHeadDim * 4 * 2);
+  // The pool holds `cap` tokens per head in whole pages; after a round each head gives back the
+  // pages it no longer needs.
+  const uint64_t page = static_cast<uint64_t>(f.kv.options().page_tokens);
+  const auto pages_for = [&](uint64_t rows) { return (rows + page - 1) / page; };
+  EXPECT_EQ(f.kv.reserved_bytes(), uint64_t{kLayers} * kHeadsKv * pages_for(cap) * page * kHeadDim * 4 * 2);
   ASSERT_TRUE(ev->round(f.kv, 0).ok());
   EXPECT_EQ(f.kv.used_bytes(), uint64_t{kLayers} * kHeadsKv * budget * kHeadDim * 4 * 2);
+  EXPECT_EQ(f.kv.held_bytes(), uint64_t{kLayers} * kHeadsKv * pages_for(budget) * page * kHeadDim * 4 * 2);
   for (int l = 0; l < kLayers; ++l) {
     for (int h = 0; h < kHeadsKv; ++h) {
       const auto p = held(f.kv, l, h);
@@ -419,7 +424,7 @@ TEST(KvPolicy, TovaKeepsTheKeyTheQueryPointsAt) {
     // k_target = 10 * (q of the group's first head)
     std::vector<float> k(kHeadsKv * kHeadDim);
     for (int l = 0; l < kLayers; ++l) {
-      float* row = const_cast<float*>(static_cast<const float*>(f.kv.keys(l, 0, h))) + target * kHeadDim;
+      float* row = const_cast<float*>(static_cast<const float*>(f.kv.key_row(l, 0, h, target)));
       for (int e = 0; e < kHeadDim; ++e) row[e] = 10.f * (qs.q[0][(h * kRep) * kHeadDim + e] + qs.q[0][(h * kRep + 1) * kHeadDim + e]);
     }
   }

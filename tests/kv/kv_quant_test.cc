@@ -194,7 +194,7 @@ TEST(KvQuant, CompactionKeepsPositionsAndBoundsTheRequantizationError) {
     for (int t = 0; t < n; ++t) {
       if (t % 3 != 1) keep.push_back(t);
     }
-    kv.keep_tokens(0, 0, 1, keep);
+    ASSERT_TRUE(kv.keep_tokens(0, 0, 1, keep).ok());
     ASSERT_EQ(kv.size(0, 0, 1), static_cast<int32_t>(keep.size()));
     EXPECT_EQ(kv.size(0, 0, 0), n);  // other heads untouched
     std::vector<float> k(keep.size() * d), v(k.size());
@@ -275,7 +275,7 @@ TEST(KvQuant, HyQuantKeepsTheMostAttendedTokensAndARecentWindowInFp16) {
   for (int t = 0; t < n; ++t) {
     if (t % 2 == 1 || t == 40) keep.push_back(t);
   }
-  kv.keep_tokens(0, 0, 0, keep);
+  ASSERT_TRUE(kv.keep_tokens(0, 0, 0, keep).ok());
   kv.read_rows(0, 0, 0, k.data(), v.data());
   for (size_t j = 0; j < keep.size(); ++j) {
     if (keep[j] != 40 && keep[j] != 41 && keep[j] != 97) continue;

@@ -25,11 +25,14 @@ struct ArchCase {
   double max_rel_err;  // ||engine - reference|| / ||reference|| over all logits
   bool cpu_layouts = false;  // load with weights repacked for the CPU kernels where they win
   bool tied = false;         // the LM head reuses token_embd.weight (repacked once, read by both)
+  bool mha = false;          // n_head_kv = n_head (the energy study's MHA shape)
+  int window = 0;            // a sliding window on the llama architecture (its GQA+SWA shape)
 };
 
 std::string case_name(const ::testing::TestParamInfo<ArchCase>& info) {
   std::string s = info.param.preset + "_" + info.param.weight_type + (info.param.cpu_layouts ? "_repacked" : "") +
-                  (info.param.tied ? "_tied" : "");
+                  (info.param.tied ? "_tied" : "") + (info.param.mha ? "_mha" : "") +
+                  (info.param.window > 0 ? "_swa" + std::to_string(info.param.window) : "");
   for (char& c : s) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   }
@@ -46,6 +49,8 @@ TEST_P(ArchitectureVsReference, LogitsMatchFloat64Reference) {
   opts->n_layer = 2;
   opts->weight_std = 0.05;  // large enough that attention is far from uniform
   opts->tied_embeddings = opts->tied_embeddings || ac.tied;
+  if (ac.mha) opts->n_head_kv = opts->n_head;
+  if (ac.window > 0) opts->sliding_window = ac.window;
   const fs::path path = fs::temp_directory_path() / ("frugal_arch_" + case_name({ac, 0}) + ".gguf");
   ASSERT_TRUE(synth::write_random_model(*opts, path.string()).ok());
 
@@ -127,7 +132,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"tiny-llama", "F16", 5e-3}, ArchCase{"tiny-qwen2", "Q8_0", 3e-2},
                       ArchCase{"tiny-llama", "Q4_K_M", 3e-2}, ArchCase{"tiny-qwen3", "Q4_0", 3e-2},
                       ArchCase{"tiny-mistral", "Q6_K", 3e-2}, ArchCase{"tiny-llama", "BF16", 5e-3},
-                      ArchCase{"tiny-llama", "Q4_0", 3e-2, true, false}, ArchCase{"tiny-qwen2", "Q4_0", 3e-2, true, true}),
+                      ArchCase{"tiny-llama", "Q4_0", 3e-2, true, false}, ArchCase{"tiny-qwen2", "Q4_0", 3e-2, true, true},
+                      ArchCase{"tiny-llama", "F32", 1e-4, false, false, true},
+                      ArchCase{"tiny-llama", "F32", 1e-4, false, false, false, 16}),
     case_name);
 
 // The sliding window really changes the output of the mistral model once the sequence is longer

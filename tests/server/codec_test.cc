@@ -172,6 +172,46 @@ TEST_F(CodecTest, CompletionsRefuseTokenIdsOutsideTheVocabulary) {
   EXPECT_EQ(spec.prompts[0], (std::vector<TokenId>{0, static_cast<TokenId>(n_vocab - 1)}));
 }
 
+// kv_policy and kv_budget are extension fields at the top level of every generation API's body.
+TEST_F(CodecTest, EveryApiReadsKvPolicyAndBudget) {
+  struct Api {
+    std::unique_ptr<GenerationCodec> codec;
+    std::string body;  // a valid request; the kv fields are appended
+  };
+  std::vector<Api> apis;
+  apis.push_back({make_openai_chat_codec(*served_, 1), R"("model": "tiny", "messages": [{"role": "user", "content": "x"}])"});
+  apis.push_back({make_openai_completion_codec(*served_, 1), R"("model": "tiny", "prompt": "x")"});
+  apis.push_back({make_anthropic_codec(*served_),
+                  R"("model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}])"});
+  apis.push_back({make_ollama_generate_codec(*served_), R"("model": "tiny", "prompt": "x")"});
+  apis.push_back({make_ollama_chat_codec(*served_), R"("model": "tiny", "messages": [{"role": "user", "content": "x"}])"});
+  for (auto& a : apis) {
+    SCOPED_TRACE(a.body);
+    GenSpec plain;
+    ASSERT_FALSE(parse(*a.codec, "{" + a.body + "}", plain));
+    EXPECT_FALSE(plain.kv_policy.has_value());
+    EXPECT_FALSE(plain.kv_budget.has_value());
+    GenSpec spec;
+    ASSERT_FALSE(parse(*a.codec, "{" + a.body + R"(, "kv_policy": "random", "kv_budget": 0.25})", spec));
+    EXPECT_EQ(spec.kv_policy, "random");
+    EXPECT_EQ(spec.kv_budget, 0.25);
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {R"("kv_policy": "lru")", "'kv_policy' 'lru' is not one of"},
+        {R"("kv_policy": 3)", "kv_policy"},
+        {R"("kv_budget": 1.5)", "'kv_budget' must be a token count (>= 1) or a fraction in (0, 1)"},
+        {R"("kv_budget": 0)", "'kv_budget' must be a token count"},
+        {R"("kv_budget": "half")", "kv_budget"},
+    };
+    for (const auto& [field, needle] : bad) {
+      GenSpec s;
+      auto e = parse(*a.codec, "{" + a.body + ", " + field + "}", s);
+      ASSERT_TRUE(e.has_value()) << field;
+      EXPECT_EQ(e->status, 400) << field;
+      EXPECT_NE(e->message.find(needle), std::string::npos) << field << " -> " << e->message;
+    }
+  }
+}
+
 TEST_F(CodecTest, ErrorShapesFollowEachApi) {
   const ApiError e = bad_request("bad thing", "max_tokens");
   EXPECT_EQ(dump(error_json(ApiKind::kOpenAI, e)),
@@ -330,6 +370,25 @@ TEST_F(CodecTest, MetricsUseVllmNames) {
         "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"stop\"} 1",
         "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"} 1",
         "# TYPE vllm:time_per_output_token_seconds histogram", "frugal:requests_cancelled_total{model_name=\"tiny\"} 1"}) {
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+  }
+}
+
+TEST_F(CodecTest, MetricsCountEvictionRoundsAndKvPolicies) {
+  Metrics m("tiny");
+  m.observe(finished(FinishReason::kEos, 10, 5));
+  FinishedRequest ev = finished(FinishReason::kLength, 40, 60);
+  ev.kv_policy = "random";
+  ev.kv_quant = KvQuant::kInt8;
+  ev.kv.rounds = 3;
+  ev.kv.round_ms = 1500;
+  m.observe(ev);
+  m.observe(finished(FinishReason::kError, 4, 0));  // refused: never ran, counts nowhere here
+  const std::string text = m.render(EngineStats{});
+  for (const char* needle :
+       {"frugal:kv_eviction_rounds_total{model_name=\"tiny\"} 3", "frugal:kv_eviction_seconds_total{model_name=\"tiny\"} 1.5",
+        "frugal:kv_policy_requests_total{model_name=\"tiny\",policy=\"full\",quant=\"none\"} 1",
+        "frugal:kv_policy_requests_total{model_name=\"tiny\",policy=\"random\",quant=\"int8\"} 1"}) {
     EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
   }
 }

@@ -1,13 +1,17 @@
 // The engine loop on a tiny random model: batched, chunked and prefix-cached runs must give the
-// tokens the single-sequence generate() gives (the independent reference), and admission,
-// cancellation and limits must behave as documented.
+// tokens the same request gets alone (generate(): a batch of one, on a Model and backend of its
+// own), and admission, cancellation and limits must behave as documented. The independent oracle
+// of that batch of one is llama.cpp and the float64 reference (tests/model).
 #include "frugal/engine/engine.h"
+#include "frugal/engine/generate.h"
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "frugal/server/request_log.h"
+#include "record_schema.h"
 #include "test_model.h"
 
 namespace frugal {
@@ -98,12 +102,15 @@ class EngineTest : public ::testing::Test {
     return *r;
   }
 
-  // The reference: single-sequence generate() with the same prompt and options.
-  GenerateResult reference(const std::vector<TokenId>& p, int n, const SamplingParams& s = greedy()) {
+  // The reference: the request alone (generate()) with the same prompt and options.
+  GenerateResult reference(const std::vector<TokenId>& p, int n, const SamplingParams& s = greedy(),
+                           const KvPolicyOptions& kv = {}, bool ignore_eos = false) {
     GenerateOptions go;
     go.n_predict = n;
     go.n_ctx = 256;
     go.sampling = s;
+    go.kv_policy = kv;
+    go.ignore_eos = ignore_eos;
     auto r = generate(*ref_model_, *tok_, *ref_backend_, p, go);
     EXPECT_TRUE(r.ok()) << r.status().message();
     return *r;
@@ -151,6 +158,80 @@ TEST_F(EngineTest, ConcurrentGreedyRequestsMatchGenerate) {
     EXPECT_EQ(c.fin.generated_tokens, static_cast<int64_t>(ref.tokens.size()));
     EXPECT_EQ(c.fin.reason, ref.stop_reason == "eos" ? FinishReason::kEos : FinishReason::kLength);
   }
+}
+
+// Every eviction policy and KV quantization, chosen per request, in one batch beside a
+// keep-everything request: each sequence gets the tokens it gets alone, with the same rounds.
+TEST_F(EngineTest, EveryKvPolicyAndQuantizationPerRequestMatchesGenerate) {
+  struct Case {
+    std::string policy;
+    KvQuant quant;
+    bool protect;
+  };
+  const std::vector<Case> cases = {{"full", KvQuant::kNone, false},   {"window", KvQuant::kNone, false},
+                                   {"random", KvQuant::kNone, true},  {"snapkv", KvQuant::kNone, false},
+                                   {"h2o", KvQuant::kNone, false},    {"tova", KvQuant::kNone, true},
+                                   {"rkv", KvQuant::kNone, false},    {"full", KvQuant::kInt8, false},
+                                   {"full", KvQuant::kInt4, false},   {"full", KvQuant::kHyQuant, false},
+                                   {"random", KvQuant::kInt4, false}, {"snapkv", KvQuant::kHyQuant, true}};
+  const auto p = prompt("Once upon a time there was a little red fox who");
+  EngineOptions o;
+  o.n_parallel = 4;  // twelve requests and one more: they wait, join and leave the batch
+  auto e = engine(o);
+  std::vector<KvPolicyOptions> kvs;
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  auto plain = *e->submit(request(prompt("beside them"), 30));
+  for (const Case& c : cases) {
+    KvPolicyOptions kv;
+    kv.policy = c.policy;
+    kv.quant = c.quant;
+    kv.protect_prompt = c.protect;
+    if (c.policy != "full") {
+      kv.budget = 20;
+      kv.buffer = 6;
+    }
+    RequestOptions r = request(p, 60);
+    r.kv = kv;
+    r.ignore_eos = true;
+    auto h = e->submit(r);
+    ASSERT_TRUE(h.ok()) << c.policy << ": " << h.status().message();
+    kvs.push_back(kv);
+    hs.push_back(*h);
+  }
+  collect(*plain);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string what = cases[i].policy + " " + kv_quant_name(cases[i].quant);
+    const Collected c = collect(*hs[i]);
+    const GenerateResult ref = reference(p, 60, greedy(), kvs[i], /*ignore_eos=*/true);
+    EXPECT_EQ(c.tokens, ref.tokens) << what;
+    EXPECT_EQ(c.text, ref.text) << what;
+    EXPECT_EQ(c.fin.kv.rounds, ref.kv_eviction.rounds) << what;
+    EXPECT_EQ(c.fin.kv_bytes, ref.kv_bytes) << what;
+    if (cases[i].policy != "full") {
+      EXPECT_GT(c.fin.kv.rounds, 0) << what;
+      EXPECT_EQ(c.fin.kv.budget, 20) << what;
+    }
+  }
+}
+
+TEST_F(EngineTest, BadPerRequestKvPolicyIsRefusedAtSubmit) {
+  auto e = engine();
+  RequestOptions r = request(prompt("hello"), 4);
+  r.kv = KvPolicyOptions{};
+  r.kv->policy = "lru";
+  auto bad = e->submit(r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("lru"), std::string::npos) << bad.status().message();
+  r.kv->policy = "random";
+  r.kv->budget = 8;
+  r.kv->buffer = 16;  // a budget must exceed the buffer
+  auto small = e->submit(r);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), ErrorCode::kInvalidArgument);
+  // The engine keeps serving.
+  const Collected c = collect(**e->submit(request(prompt("hello"), 4)));
+  EXPECT_EQ(c.fin.reason == FinishReason::kEos || c.fin.reason == FinishReason::kLength, true);
 }
 
 TEST_F(EngineTest, ChunkedPrefillMatchesGenerate) {
@@ -281,19 +362,58 @@ TEST_F(EngineTest, QueueLimitAndBadRequestsAreRefused) {
   EXPECT_EQ(e->submit(request({1, 5}, 2, bad)).status().code(), ErrorCode::kInvalidArgument);
 }
 
-TEST_F(EngineTest, KvBudgetSetsTheContextPerSequence) {
+// kv-memory is the size of the page pool all sequences share: one sequence alone may use all of it
+// (in whole pages), and a budget below one page per (layer, KV head) is refused with the minimum.
+TEST_F(EngineTest, KvMemoryIsThePoolSize) {
   const ModelConfig& c = model_->config();
   const uint64_t row = static_cast<uint64_t>(c.n_layer) * c.n_head_kv * c.head_dim * 2 * 2;  // f16 K and V
   EngineOptions o;
   o.n_parallel = 2;
-  o.kv_memory = row * 2 * 40;
+  o.kv_memory = row * 80;  // 80 tokens of every head: pages of 32 tokens, two and a half per head
   auto e = engine(o);
-  EXPECT_EQ(e->context_per_sequence(), 40);
-  EXPECT_EQ(e->stats().kv_bytes, row * 2 * 40);
-  EXPECT_EQ(e->submit(request(std::vector<TokenId>(45, 5), 2)).status().code(), ErrorCode::kInvalidArgument);
-  o.kv_memory = row * 2 * 8;
+  const int64_t heads = static_cast<int64_t>(c.n_layer) * c.n_head_kv;
+  EXPECT_EQ(e->context_per_sequence(), 64);  // two whole pages in every head
+  EXPECT_EQ(e->stats().kv_pages_total, heads * 80 / 32);
+  EXPECT_EQ(e->stats().kv_bytes, static_cast<uint64_t>(e->stats().kv_pages_total) * (row / heads) * 32);
+  EXPECT_LE(e->stats().kv_bytes, o.kv_memory);
+  EXPECT_EQ(e->submit(request(std::vector<TokenId>(70, 5), 2)).status().code(), ErrorCode::kInvalidArgument);
+  o.kv_memory = row * 16;
   auto tiny = Engine::create(*model_, *tok_, *backend_, o);
-  EXPECT_EQ(tiny.status().code(), ErrorCode::kOverBudget);
+  ASSERT_EQ(tiny.status().code(), ErrorCode::kOverBudget);
+  EXPECT_NE(tiny.status().message().find(fmt::format("minimum {} bytes", row * 32)), std::string::npos)
+      << tiny.status().message();
+}
+
+// Four times more work than the pool holds: every request finishes with the tokens it gets alone,
+// sequences wait for pages or are preempted and recomputed, and every page comes back.
+TEST_F(EngineTest, OversubscribedPoolFinishesEveryRequestExactly) {
+  const ModelConfig& c = model_->config();
+  const uint64_t row = static_cast<uint64_t>(c.n_layer) * c.n_head_kv * c.head_dim * 2 * 2;
+  EngineOptions o;
+  o.n_parallel = 4;
+  o.prefix_cache = false;
+  o.kv_memory = row * 128;  // four pages per head; each request below grows to three
+  auto e = engine(o);
+  const std::vector<std::string> texts = {"Once upon a time", "The quick brown fox jumps", "hello there",
+                                          "a b c d e f g h", "one two three", "red green blue",
+                                          "the end of the story", "it was a dark night"};
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (const auto& t : texts) {
+    RequestOptions r = request(prompt(t), 60);
+    r.ignore_eos = true;
+    hs.push_back(*e->submit(r));
+  }
+  uint64_t peak_bytes = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const Collected got = collect(*hs[i]);
+    const GenerateResult ref = reference(prompt(texts[i]), 60, greedy(), {}, /*ignore_eos=*/true);
+    EXPECT_EQ(got.tokens, ref.tokens) << texts[i];
+    EXPECT_EQ(got.fin.reason, FinishReason::kLength) << texts[i];
+    peak_bytes = std::max(peak_bytes, got.fin.kv_bytes);
+  }
+  EXPECT_LE(peak_bytes, row * 128);
+  EXPECT_TRUE(eventually([&] { return e->stats().kv_pages_free == e->stats().kv_pages_total; }));
+  EXPECT_GT(e->stats().preemptions, 0u) << "the pool never ran out: the test does not oversubscribe it";
 }
 
 TEST_F(EngineTest, JsonSchemaConstrainsTheOutput) {
@@ -336,6 +456,26 @@ TEST_F(EngineTest, LogprobsAndStopStrings) {
   EXPECT_EQ(cs.fin.reason, FinishReason::kStop);
   EXPECT_EQ(cs.fin.stop_string, stop);
   EXPECT_EQ(cs.text, ref.text.substr(0, ref.text.find(stop)));
+}
+
+// serve's record: what `--log-requests` writes for a request this engine ran, against the schema
+// run, bench and eval records are checked with (tests/cli/record_schema_test.cc).
+TEST_F(EngineTest, RequestLogRecordMatchesTheRecordSchema) {
+  auto e = engine();
+  const auto p = prompt("a record");
+  const Collected c = collect(**e->submit(request(p, 4)));
+  const nlohmann::json rec = nlohmann::json::parse(server::RequestLog::record(c.fin, "tiny").dump())["timings"];
+  const auto schema = schema_check::MiniSchema::load(std::string(FRUGAL_SOURCE_DIR) + "/docs/record.schema.json");
+  EXPECT_EQ(schema.validate(rec), "") << rec.dump(1);
+  EXPECT_EQ(rec["energy_meter"], e->energy_meter());
+  const auto& work = rec["phases"]["prefill"]["work"];
+  EXPECT_GT(work["weight_bytes_read"].get<double>(), 0);
+  EXPECT_GT(rec["phases"]["prefill"]["hardware"]["samples"].get<int>(), 0);  // the edges are sampled
+  for (const char* phase : {"prefill", "decode"}) {
+    if (rec["phases"][phase]["energy"]["source"] == "unavailable") {
+      EXPECT_TRUE(rec["phases"][phase]["energy"]["joules"].is_null());
+    }
+  }
 }
 
 TEST_F(EngineTest, TimingsAddUp) {

@@ -188,6 +188,33 @@ TEST(Scheduler, NoReuseWithoutPrefixCache) {
   EXPECT_EQ(s.plan(0).admitted.at(0).reused, 0);
 }
 
+// A sequence whose KV lives outside the slots (its own eviction or quantization) neither reuses a
+// cached prefix, nor is copied from while it runs, nor leaves a prefix behind.
+TEST(Scheduler, SequencesWithTheirOwnKvShareNoPrefix) {
+  Scheduler s(opts(2, 64, 100));  // min_copy_tokens 4
+  const std::vector<TokenId> p = seq(100, 8);
+  ASSERT_TRUE(s.enqueue(1, p, 0).ok());
+  run_step(s, 0);
+  s.release(1);  // slot 0 caches p
+  ASSERT_TRUE(s.enqueue(2, p, 0, /*shares_kv=*/false).ok());
+  StepPlan a = run_step(s, 0);
+  ASSERT_EQ(a.admitted.size(), 1u);
+  EXPECT_EQ(a.admitted[0].slot, 1);  // the least recently used slot: no prefix counts for it
+  EXPECT_EQ(a.admitted[0].reused, 0);
+  EXPECT_EQ(a.admitted[0].copy_from, -1);
+  expect_item(a.items.at(0), 2, 1, 0, 8, true);
+  s.drop_cache(0);  // slot 0 forgets p: only running sequence 2 has it now
+  ASSERT_TRUE(s.enqueue(3, p, 0).ok());
+  StepPlan b = s.plan(0);
+  ASSERT_EQ(b.admitted.size(), 1u);
+  EXPECT_EQ(b.admitted[0].slot, 0);
+  EXPECT_EQ(b.admitted[0].reused, 0);
+  EXPECT_EQ(b.admitted[0].copy_from, -1);  // nothing is copied out of sequence 2's slot
+  s.commit(b);
+  s.release(2);
+  EXPECT_TRUE(s.slot_tokens(1).empty());  // and it leaves no prefix behind
+}
+
 TEST(Scheduler, RefusesPromptsThatCannotFitASlot) {
   Scheduler s(opts(1, 16, 100));
   EXPECT_EQ(s.enqueue(1, seq(0, 16), 0).code(), ErrorCode::kInvalidArgument);

@@ -61,6 +61,15 @@ const cases = [
   ['ollama unknown model', '/api/chat', ollamaBody({ model: 'llama9' }), 404, isOllamaError],
   ['ollama invalid schema', '/api/chat', ollamaBody({ format: { type: 123 } }), 400, isOllamaError],
   ['ollama prompt over context', '/api/generate', { model: MODEL_ID, prompt: 'w '.repeat(400), stream: false }, 400, isOllamaError],
+  // The kv_policy / kv_budget extension fields: an unknown policy, a budget that is neither a
+  // count nor a fraction, and one the engine refuses (not above the default buffer of 64).
+  ['openai unknown kv_policy', '/v1/chat/completions', chatBody({ kv_policy: 'lru' }), 400, isOpenAIError],
+  ['openai kv_budget 1.5', '/v1/chat/completions', chatBody({ kv_policy: 'random', kv_budget: 1.5 }), 400, isOpenAIError],
+  ['openai kv_budget under the buffer', '/v1/completions', { model: MODEL_ID, prompt: 'hi', kv_policy: 'snapkv', kv_budget: 16 }, 400, isOpenAIError],
+  ['anthropic kv_policy not a string', '/v1/messages', anthBody({ kv_policy: 7 }), 400, isAnthropicError],
+  ['anthropic kv policy without a budget', '/v1/messages', anthBody({ kv_policy: 'h2o' }), 400, isAnthropicError],
+  ['ollama unknown kv_policy', '/api/chat', ollamaBody({ kv_policy: 'lru' }), 400, isOllamaError],
+  ['ollama negative kv_budget', '/api/generate', { model: MODEL_ID, prompt: 'hi', stream: false, kv_policy: 'window', kv_budget: -3 }, 400, isOllamaError],
 ];
 
 test('bad requests get 4xx in the API format and the server keeps serving', async () => {
@@ -71,6 +80,27 @@ test('bad requests get 4xx in the API format and the server keeps serving', asyn
   }
   const ok = await postJson(server.url, '/v1/chat/completions', chatBody(), AUTH);
   assert.equal(ok.status, 200);
+});
+
+test('a per-request kv_policy runs in every API; a window wider than the trace gives the full cache\'s text', async () => {
+  // With a budget above prompt + max tokens no round fires and `window` keeps every token, so the
+  // text is the keep-everything text; what differs is the path (a KV state of its own).
+  const greedy = { temperature: 0 };
+  const kv = { kv_policy: 'window', kv_budget: 200 };
+  const oa = async (extra) => (await postJson(server.url, '/v1/chat/completions', chatBody({ max_tokens: 12, ...greedy, ...extra }), AUTH));
+  const an = async (extra) => (await postJson(server.url, '/v1/messages', anthBody({ max_tokens: 12, ...greedy, ...extra }), AUTH));
+  const ol = async (extra) => (await postJson(server.url, '/api/chat', ollamaBody({ options: { num_predict: 12, ...greedy }, ...extra }), AUTH));
+  for (const [name, call, text] of [
+    ['openai', oa, (b) => b.choices[0].message.content],
+    ['anthropic', an, (b) => b.content[0].text],
+    ['ollama', ol, (b) => b.message.content],
+  ]) {
+    const plain = await call({});
+    const windowed = await call(kv);
+    const random = await call({ kv_policy: 'random', kv_budget: 70 });
+    for (const r of [plain, windowed, random]) assert.equal(r.status, 200, `${name}: ${JSON.stringify(r.body)}`);
+    assert.equal(text(windowed.body), text(plain.body), name);
+  }
 });
 
 test('wrong or missing API keys get 401 in each format; x-api-key works; /health is public', async () => {

@@ -260,7 +260,11 @@ TEST(RandomModel, RejectsBadOptionsWithAMessage) {
   o.n_head_kv = 3;
   EXPECT_EQ(write_random_model(o, temp_path("bad")).code(), ErrorCode::kInvalidArgument);
   o = small_options("F32");
-  o.sliding_window = 8;  // llama arch: only "mistral" writes a window
+  o.arch = "qwen2";
+  o.sliding_window = 8;  // llama and mistral shapes only
+  EXPECT_EQ(write_random_model(o, temp_path("bad")).code(), ErrorCode::kInvalidArgument);
+  o = small_options("F32");
+  o.sliding_window = -1;
   EXPECT_EQ(write_random_model(o, temp_path("bad")).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(random_model_preset("nope").status().code(), ErrorCode::kNotFound);
 }

@@ -31,13 +31,54 @@ struct Engine::Active {
   Detokenizer detok;
   std::optional<JsonMatcher> matcher;
   std::optional<JsonMatcher> scratch;
+  std::unique_ptr<SequenceKv> own;  // its own KV state, or null: rows in the shared slot cache
+  std::vector<float> own_logits;    // [n_vocab] the last row of its own forward pass
+  // An evicting policy on an unquantized cache runs in the shared pool, in its slot.
+  std::unique_ptr<KvEvictor> evictor;
+  int64_t preemptions = 0;
+  uint64_t peak_slot_bytes = 0;     // K+V bytes of its rows in the shared pool, highest seen
+  uint64_t peak_held_bytes = 0;     // bytes of the pool pages it held, highest seen
   double arrival = 0, admitted = -1, first_token = -1, last_token = -1;
   int64_t cached = 0, prefill_tokens = 0, decode_forwards = 0, generated = 0;
+  telemetry::PhaseRecord prefill_rec, decode_rec;
+  ModelWork own_work;  // with its own KV state: its cache's bytes per position
 };
 
 namespace {
 constexpr int32_t kMinSlotCapacity = 16;
-}
+
+// Hands each sequence's queries to the attention observer of the request in that slot (the scored
+// eviction policies of requests sharing the pool), so one batched pass serves them all.
+class SlotObservers final : public AttentionObserver {
+ public:
+  explicit SlotObservers(const std::vector<AttentionObserver*>& by_slot) : by_slot_(by_slot) {}
+  void before_attention(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
+                        const AttentionParams& p) override {
+    const size_t row = static_cast<size_t>(p.n_head) * p.head_dim;
+    for_runs(seq, n, [&](AttentionObserver& o, int64_t t, int64_t e) {
+      o.before_attention(layer, seq + t, pos + t, e - t, q + static_cast<size_t>(t) * row, p);
+    });
+  }
+  void after_attention(KvCache& kv, int layer, const int32_t* seq, int64_t n) override {
+    for_runs(seq, n, [&](AttentionObserver& o, int64_t t, int64_t e) { o.after_attention(kv, layer, seq + t, e - t); });
+  }
+
+ private:
+  template <typename F>
+  void for_runs(const int32_t* seq, int64_t n, F&& f) {
+    for (int64_t t = 0; t < n;) {
+      int64_t e = t + 1;
+      while (e < n && seq[e] == seq[t]) ++e;
+      const int32_t s = seq[t];
+      if (s >= 0 && static_cast<size_t>(s) < by_slot_.size() && by_slot_[static_cast<size_t>(s)] != nullptr) {
+        f(*by_slot_[static_cast<size_t>(s)], t, e);
+      }
+      t = e;
+    }
+  }
+  const std::vector<AttentionObserver*>& by_slot_;
+};
+}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& tok, Backend& backend,
                                                const EngineOptions& opts) {
@@ -53,10 +94,35 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   if (opts.kv_dtype != DType::kF16 && opts.kv_dtype != DType::kF32) {
     return error(ErrorCode::kInvalidArgument, "engine: the KV cache type must be f16 or f32");
   }
+  FRUGAL_RETURN_IF_ERROR(validate(opts.kv));
+  const bool paged = backend.name() == "cpu";
+  if (needs_own_kv(opts.kv) && !paged) {
+    return error(ErrorCode::kNotSupported,
+                 "kv policy '{}' with kv-quant {}: the {} backend keeps every token in an unquantized cache; "
+                 "eviction and KV quantization run on the cpu backend",
+                 opts.kv.policy, kv_quant_name(opts.kv.quant), backend.name());
+  }
   const int64_t train = cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096;
   int64_t capacity = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(train, 4096);
-  if (opts.kv_memory > 0) {
-    // The one bytes -> tokens conversion (kv/kv_cache.h), shared with run and eval.
+  int64_t n_pages = 0;  // 0: every slot can reach its capacity
+  if (opts.kv_memory > 0 && paged) {
+    // The pool is the budget: sequences take pages as they grow, and the scheduler admits, evicts
+    // or preempts against it. One sequence must be able to hold kMinSlotCapacity tokens.
+    const KvCacheOptions ko = model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype);
+    const int64_t heads = static_cast<int64_t>(ko.n_layer) * ko.n_head_kv;
+    const int64_t min_pages = heads * ((kMinSlotCapacity + ko.page_tokens - 1) / ko.page_tokens);
+    n_pages = static_cast<int64_t>(opts.kv_memory / kv_page_bytes(ko));
+    if (n_pages < min_pages) {
+      return error(ErrorCode::kOverBudget,
+                   "engine: kv-memory {} bytes is below the minimum {} bytes: one page of {} tokens ({} bytes) per "
+                   "layer and KV head ({} layers x {} KV heads)",
+                   opts.kv_memory, static_cast<uint64_t>(min_pages) * kv_page_bytes(ko), ko.page_tokens,
+                   kv_page_bytes(ko), ko.n_layer, ko.n_head_kv);
+    }
+    // A sequence alone can use the whole pool, never more.
+    capacity = std::min<int64_t>(capacity, n_pages / heads * ko.page_tokens);
+  } else if (opts.kv_memory > 0) {
+    // A device-resident cache is reserved per slot: the slots shrink to fit.
     Result<int32_t> fit =
         kv_tokens_for_memory(model.kv_options(opts.n_parallel, 0, opts.kv_dtype), opts.kv_memory, kMinSlotCapacity);
     if (!fit.ok()) {
@@ -65,8 +131,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     }
     capacity = std::min<int64_t>(capacity, *fit);
   }
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv,
-                          KvCache::create(model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype)));
+  KvCacheOptions ko = model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype);
+  ko.n_pages = n_pages;
+  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(ko));
   return std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv), static_cast<int32_t>(capacity)));
 }
 
@@ -81,6 +148,12 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
       sched_(SchedulerOptions{opts.n_parallel, slot_capacity, opts.max_step_tokens, std::max(opts.max_waiting, 1),
                               opts.queue_timeout_s, opts.prefix_cache, 16}),
       t0_(std::chrono::steady_clock::now()) {
+  t0_steady_ = std::chrono::duration<double>(t0_.time_since_epoch()).count();
+  telemetry::TelemetryOptions to;
+  to.backend = backend.name();
+  to.sample_period_s = opts.telemetry_period_s;
+  tel_ = telemetry::Telemetry::open(to);
+  work_ = model_work(model, opts.kv_dtype);
   const auto n_vocab = static_cast<size_t>(model.config().n_vocab);
   pieces_.resize(n_vocab);
   blocked_.assign(n_vocab, 0);
@@ -98,6 +171,28 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
   stats_.slot_capacity = slot_capacity;
   stats_.kv_rows_total = static_cast<int64_t>(opts.n_parallel) * slot_capacity;
   stats_.kv_bytes = kv_.reserved_bytes();
+  stats_.kv_pages_total = kv_.total_pages();
+  slot_observers_.assign(static_cast<size_t>(opts.n_parallel), nullptr);
+  if (uses_pool()) {
+    // Admission against the pool: a request enters when its prompt (and one decode token) fits in
+    // the free pages left after this step's earlier admissions; cached prefixes nobody runs are
+    // dropped first when that makes the difference.
+    sched_.set_admission_gate([this](SeqId id, int32_t tokens) {
+      auto found = active_.find(id);
+      if (found == active_.end() || found->second->own) return true;
+      const KvCacheOptions& o = kv_.options();
+      const int64_t need = static_cast<int64_t>(o.n_layer) * o.n_head_kv *
+                           ((tokens + 1 + o.page_tokens - 1) / o.page_tokens);
+      while (kv_.free_pages() - promised_pages_ < need) {
+        const int slot = sched_.cached_free_slot();
+        if (slot < 0) return false;
+        kv_.release(slot);
+        sched_.drop_cache(slot);
+      }
+      promised_pages_ += need;
+      return true;
+    });
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -146,8 +241,44 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
   if (req.logprobs > 20) {
     return error(ErrorCode::kInvalidArgument, "logprobs: at most 20 alternatives per token, not {}", req.logprobs);
   }
+  const KvPolicyOptions kv = req.kv ? *req.kv : opts_.kv;
+  FRUGAL_RETURN_IF_ERROR(validate(kv));
+  std::unique_ptr<SequenceKv> own;
+  std::unique_ptr<KvEvictor> evictor;
+  const int32_t prompt_len = static_cast<int32_t>(req.prompt.size());
+  const int32_t trace_len =
+      req.max_tokens >= 0 ? std::min<int32_t>(slot_capacity_, prompt_len + req.max_tokens) : slot_capacity_;
+  if (needs_own_kv(kv) && backend_.name() == "cpu" && kv.quant == KvQuant::kNone && kv.memory == 0) {
+    // Eviction alone: the sequence runs in its slot of the shared pool, batched with the others,
+    // and the pages its rounds free go back to them.
+    FRUGAL_ASSIGN_OR_RETURN(evictor, KvEvictor::create(kv, trace_len, prompt_len));
+  } else if (needs_own_kv(kv)) {
+    // A device-resident cache (cuda) is one keep-everything F16 cache for all slots.
+    if (backend_.name() != "cpu") {
+      return error(ErrorCode::kNotSupported,
+                   "kv policy '{}' with kv-quant {}: the {} backend keeps every token in an unquantized cache; "
+                   "eviction and KV quantization run on the cpu backend",
+                   kv.policy, kv_quant_name(kv.quant), backend_.name());
+    }
+    // Built now, so an impossible budget is the submitter's error, not a failure mid-run.
+    SequenceKvShape shape;
+    shape.prompt_len = prompt_len;
+    shape.n_ctx = slot_capacity_;
+    shape.trace_len = trace_len;
+    shape.n_batch = opts_.max_step_tokens;
+    shape.dtype = opts_.kv_dtype;
+    FRUGAL_ASSIGN_OR_RETURN(own, make_sequence_kv(model_, kv, shape));
+  }
   const SeqId id = next_id_.fetch_add(1);
   auto act = std::make_unique<Active>(id, std::move(req), tok_, std::move(so), n_vocab);
+  act->prefill_rec.energy.source = tel_->meter().source();
+  act->decode_rec.energy.source = tel_->meter().source();
+  act->own_work = model_work(model_, opts_.kv_dtype, kv.quant);
+  if (own) {
+    act->own = std::move(own);
+    act->own_logits.resize(static_cast<size_t>(n_vocab));
+  }
+  act->evictor = std::move(evictor);
   act->arrival = now_s();
   auto handle = act->handle;
   {
@@ -169,6 +300,7 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       if (active_.empty()) {
+        if (tel_->sampler() != nullptr) tel_->sampler()->set_busy(false);
         cv_.wait(lk, [&] { return stop_ || !incoming_.empty(); });
       }
       if (stop_) break;
@@ -177,8 +309,10 @@ void Engine::loop() {
     for (auto& a : fresh) {
       const SeqId id = a->id;
       std::vector<TokenId> prompt = a->req.prompt;
+      // Only keep-everything sequences in the pool share prefixes (an evicted slot is no prefix).
+      const bool shares_kv = a->own == nullptr && a->evictor == nullptr;
       active_[id] = std::move(a);
-      Status st = sched_.enqueue(id, std::move(prompt), now_s());
+      Status st = sched_.enqueue(id, std::move(prompt), now_s(), shares_kv);
       if (!st.ok()) finish(id, FinishReason::kError, st);
     }
     step();
@@ -203,45 +337,98 @@ void Engine::step() {
   for (SeqId id : gone) finish(id, FinishReason::kCancelled);
 
   const double now = now_s();
+  promised_pages_ = 0;
   StepPlan plan = sched_.plan(now);
   for (const auto& r : plan.refused) finish(r.id, FinishReason::kError, Status(ErrorCode::kOverBudget, r.reason));
   for (const auto& a : plan.admitted) apply_admission(a, now);
 
+  // Sequences evicting in the pool: a round before a decode step, as a sequence run alone has.
+  for (const auto& it : plan.items) {
+    if (!sched_.is_running(it.id)) continue;
+    Active& r = *active_.at(it.id);
+    if (!r.evictor || it.begin < sched_.n_prompt(it.id)) continue;
+    const Status st = r.evictor->step(kv_, it.slot);
+    if (!st.ok()) {
+      kv_.release(it.slot);
+      finish(it.id, FinishReason::kError, st);
+    }
+  }
+  if (uses_pool()) reserve_pages(plan);
+
+  // Sequences in the shared slot cache go through one forward pass together; a sequence with a
+  // KV state of its own (eviction, quantization) through one pass on its own cache.
   batch_.clear();
   std::vector<StepItem> items;
+  std::vector<const float*> rows;  // per item: its logits row, once its pass has run
   items.reserve(plan.items.size());
+  bool observed = false;
+  int64_t step_tokens = 0;
   for (const auto& it : plan.items) {
-    if (!sched_.is_running(it.id)) continue;  // failed while being admitted
+    if (!sched_.is_running(it.id)) continue;  // failed while being admitted, or preempted
+    items.push_back(it);
+    step_tokens += it.end - it.begin;
+    Active& r = *active_.at(it.id);
+    if (r.own) continue;
+    AttentionObserver* obs = r.evictor ? r.evictor->attention_observer() : nullptr;
+    slot_observers_[static_cast<size_t>(it.slot)] = obs;
+    observed = observed || obs != nullptr;
     const auto toks = sched_.tokens(it.id);
     for (int32_t p = it.begin; p < it.end; ++p) {
       batch_.add(toks[static_cast<size_t>(p)], p, it.slot, it.logits && p + 1 == it.end);
     }
-    items.push_back(it);
   }
-  if (!items.empty()) {
-    const Status st = model_.forward(batch_, kv_, backend_, logits_.data());
+  // The step's energy: one counter interval around all of its passes (none when nothing runs or
+  // there is no counter), shared among its sequences by tokens below.
+  const bool metered = !items.empty() && tel_->meter().source() != telemetry::EnergySource::kUnavailable;
+  if (!items.empty() && tel_->sampler() != nullptr) tel_->sampler()->set_busy(true);
+  telemetry::IntervalMeter step_meter(metered ? &tel_->meter() : nullptr);
+  Status shared_st = ok_status();
+  if (batch_.size() > 0) {
+    SlotObservers observers(slot_observers_);
+    shared_st = model_.forward(batch_, kv_, backend_, logits_.data(), observed ? &observers : nullptr);
+  }
+  std::fill(slot_observers_.begin(), slot_observers_.end(), nullptr);
+  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  size_t row = 0;
+  std::vector<SeqId> failed;
+  for (const auto& it : items) {
+    Active& r = *active_.at(it.id);
+    const bool own = r.own != nullptr;
+    const Status st = own ? forward_own(r, it) : shared_st;
+    const float* out = own ? r.own_logits.data() : it.logits ? logits_.data() + row++ * n_vocab : nullptr;
     if (!st.ok()) {
-      for (const auto& it : items) {
-        finish(it.id, FinishReason::kError, st);
+      finish(it.id, FinishReason::kError, st);  // `r` is gone from here on
+      if (!own) {
         kv_.clear(it.slot);
         sched_.drop_cache(it.slot);
       }
-    } else {
-      sched_.commit(plan);
-      const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
-      size_t row = 0;
-      for (const auto& it : items) {
-        auto found = active_.find(it.id);
-        if (found == active_.end()) continue;
-        Active& r = *found->second;
-        if (it.begin < sched_.n_prompt(it.id)) {
-          r.prefill_tokens += it.end - it.begin;
-        } else {
-          ++r.decode_forwards;
-        }
-        if (it.logits) on_logits(r, logits_.data() + row++ * n_vocab);
-      }
+      out = nullptr;
     }
+    rows.push_back(out);
+  }
+  const telemetry::EnergyDelta step_energy = metered ? step_meter.stop() : telemetry::EnergyDelta{};
+  sched_.commit(plan);  // items of finished sequences are skipped
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
+    auto found = active_.find(it.id);
+    if (found == active_.end()) continue;
+    Active& r = *found->second;
+    const bool prefill = it.begin < sched_.n_prompt(it.id);
+    if (prefill) {
+      r.prefill_tokens += it.end - it.begin;
+    } else {
+      ++r.decode_forwards;
+    }
+    if (!r.own && uses_pool()) {
+      r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(it.slot));
+      r.peak_held_bytes = std::max(r.peak_held_bytes, static_cast<uint64_t>(kv_.pages_held(it.slot)) * kv_.page_bytes());
+    }
+    // A sequence on its own KV state ran a pass of its own: all of that pass's weight reads are its.
+    const double share = static_cast<double>(it.end - it.begin) / static_cast<double>(std::max<int64_t>(step_tokens, 1));
+    telemetry::PhaseRecord& rec = prefill ? r.prefill_rec : r.decode_rec;
+    rec.work.merge(r.own ? r.own_work.chunk(it.begin, it.end, 1.0) : work_.chunk(it.begin, it.end, share));
+    if (metered) rec.energy.add(step_energy, share);
+    if (it.logits) on_logits(r, rows[i]);
   }
   {
     std::unique_lock<std::mutex> lk(mu_);
@@ -249,6 +436,12 @@ void Engine::step() {
     stats_.waiting = sched_.n_waiting();
     stats_.kv_rows_running = sched_.running_rows();
     stats_.kv_rows_cached = sched_.cached_rows();
+    stats_.kv_pages_free = kv_.free_pages();
+    int64_t running_pages = 0;
+    for (const auto& [id, a] : active_) {
+      if (!a->own && sched_.is_running(id)) running_pages += kv_.pages_held(sched_.slot_of(id));
+    }
+    stats_.kv_pages_running = running_pages;
     if (!items.empty()) ++stats_.steps;
     n_waiting_.store(sched_.n_waiting());
     if (items.empty() && !active_.empty() && !stop_) {
@@ -270,8 +463,13 @@ void Engine::apply_admission(const Admission& a, double now) {
       return;
     }
   }
-  r.admitted = now;
+  const bool first_admission = r.admitted < 0;  // a preempted sequence keeps its first admission
+  if (first_admission) r.admitted = now;
   r.cached = a.copy_end;
+  // Stream 0: the random policy draws as it would for the request run alone, whatever its slot.
+  if (r.evictor) r.evictor->begin(kv_, a.slot, static_cast<int32_t>(r.req.prompt.size()), 0);
+  if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
+  if (!first_admission) return;
   std::lock_guard<std::mutex> lk(mu_);
   stats_.prompt_tokens += r.req.prompt.size();
   stats_.prefix_hit_tokens += static_cast<uint64_t>(a.copy_end);
@@ -296,8 +494,8 @@ Status Engine::copy_rows(int src, int dst, int32_t begin, int32_t end) {
   for (int l = 0; l < o.n_layer; ++l) {
     for (int32_t p = begin; p < end; ++p) {
       for (int h = 0; h < o.n_head_kv; ++h) {
-        const auto* k = static_cast<const uint8_t*>(kv_.keys(l, src, h)) + static_cast<size_t>(p) * kv_.row_bytes();
-        const auto* v = static_cast<const uint8_t*>(kv_.values(l, src, h)) + static_cast<size_t>(p) * kv_.row_bytes();
+        const auto* k = static_cast<const uint8_t*>(kv_.key_row(l, src, h, p));
+        const auto* v = static_cast<const uint8_t*>(kv_.value_row(l, src, h, p));
         float* kd = kbuf_.data() + h * hd;
         float* vd = vbuf_.data() + h * hd;
         if (o.dtype == DType::kF32) {
@@ -317,6 +515,81 @@ Status Engine::copy_rows(int src, int dst, int32_t begin, int32_t end) {
     }
   }
   return ok_status();
+}
+
+// One pass of sequence `r` on its own KV state, as slot 0 of its cache. Its evictor acts between
+// decode steps (a round when a head holds budget + buffer tokens), exactly where it acts in a
+// sequence run alone, so a policy gives the same tokens whatever else the engine runs.
+Status Engine::forward_own(Active& r, const StepItem& it) {
+  SequenceKv& s = *r.own;
+  if (it.begin >= sched_.n_prompt(it.id)) FRUGAL_RETURN_IF_ERROR(s.evictor->step(s.cache, 0));
+  const auto toks = sched_.tokens(it.id);
+  own_batch_.clear();
+  for (int32_t p = it.begin; p < it.end; ++p) {
+    own_batch_.add(toks[static_cast<size_t>(p)], p, 0, it.logits && p + 1 == it.end);
+  }
+  return model_.forward(own_batch_, s.cache, backend_, r.own_logits.data(), s.observer());
+}
+
+void Engine::reserve_pages(const StepPlan& plan) {
+  for (const auto& it : plan.items) {
+    if (!sched_.is_running(it.id) || active_.at(it.id)->own) continue;
+    for (;;) {
+      const Status st = kv_.reserve(it.slot, it.end - it.begin);
+      if (st.ok()) break;
+      bool made_room = false;
+      if (st.code() == ErrorCode::kOverBudget) {
+        // First what nobody runs: a cached prefix. Then the newest sequence of the pool (the one
+        // that has done least work), which may be this one.
+        if (const int cached = sched_.cached_free_slot(); cached >= 0) {
+          kv_.release(cached);
+          sched_.drop_cache(cached);
+          made_room = true;
+        } else {
+          SeqId victim = -1;
+          double newest = -1;
+          for (const auto& [id, a] : active_) {
+            if (a->own || !sched_.is_running(id) || kv_.pages_held(sched_.slot_of(id)) == 0) continue;
+            if (victim < 0 || a->admitted > newest || (a->admitted == newest && id > victim)) {
+              victim = id;
+              newest = a->admitted;
+            }
+          }
+          if (victim >= 0 && (victim != it.id || sched_.n_running() > 1)) {
+            preempt(victim);
+            made_room = true;
+          }
+        }
+      }
+      if (!made_room) {
+        kv_.release(it.slot);
+        finish(it.id, FinishReason::kError, st);
+        break;
+      }
+      if (!sched_.is_running(it.id)) break;  // it was the one preempted
+    }
+  }
+}
+
+void Engine::preempt(SeqId id) {
+  Active& r = *active_.at(id);
+  const int slot = sched_.slot_of(id);
+  r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(slot));
+  kv_.release(slot);
+  sched_.preempt(id, now_s());
+  ++r.preemptions;
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.preemptions;
+}
+
+// K and V bytes of the rows slot `slot` holds in the shared cache (never quantized).
+uint64_t Engine::slot_used_bytes(int slot) const {
+  const KvCacheOptions& o = kv_.options();
+  uint64_t rows = 0;
+  for (int l = 0; l < o.n_layer; ++l) {
+    for (int h = 0; h < o.n_head_kv; ++h) rows += static_cast<uint64_t>(kv_.size(l, slot, h));
+  }
+  return rows * kv_.row_bytes() * 2;
 }
 
 TokenId Engine::pick_token(Active& r, const float* logits) {
@@ -345,7 +618,10 @@ TokenId Engine::pick_token(Active& r, const float* logits) {
 
 void Engine::on_logits(Active& r, const float* logits) {
   const double now = now_s();
-  if (r.first_token < 0) r.first_token = now;
+  if (r.first_token < 0) {
+    r.first_token = now;
+    if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
+  }
   r.last_token = now;
   const TokenId t = pick_token(r, logits);
   TokenOutput out;
@@ -410,6 +686,40 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   t.prefill_tokens = r.prefill_tokens;
   t.decode_tokens = r.decode_forwards;
   t.cached_tokens = r.cached;
+  t.prefill = r.prefill_rec;
+  t.decode = r.decode_rec;
+  t.cost = &tel_->cost();
+  t.energy_meter = tel_->meter().describe();
+  if (telemetry::HardwareSampler* hs = tel_->sampler(); hs != nullptr && r.first_token >= 0) {
+    if (r.last_token > r.first_token) (void)hs->sample_now(t0_steady_ + r.last_token);
+    t.prefill.hw = hs->summarize(t0_steady_ + admitted, t0_steady_ + r.first_token);
+    t.decode.hw = hs->summarize(t0_steady_ + r.first_token, t0_steady_ + r.last_token);
+  }
+  if (r.own) {
+    // Counts the last token in the peak (and the round it may complete), as a run alone would.
+    if (r.admitted >= 0 && reason != FinishReason::kError) (void)r.own->evictor->step(r.own->cache, 0);
+    f.kv = r.own->evictor->stats();
+    f.kv_bytes = r.own->cache.reserved_bytes();
+    f.kv_policy = r.own->evictor->policy().name();
+    f.kv_quant = r.own->cache.options().quant;
+  } else {
+    const int slot = sched_.slot_of(id);
+    if (r.evictor) {
+      // Counts the last token in the peak (and the round it may complete), as a run alone would.
+      if (slot >= 0 && r.admitted >= 0 && reason != FinishReason::kError) (void)r.evictor->step(kv_, slot);
+      f.kv = r.evictor->stats();
+      f.kv_policy = r.evictor->policy().name();
+    }
+    if (slot >= 0) r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(slot));
+    f.kv.peak_used_bytes = r.peak_slot_bytes;
+    f.preemptions = r.preemptions;
+    f.kv_bytes = uses_pool() ? r.peak_held_bytes
+                             : kv_.reserved_bytes() / static_cast<uint64_t>(std::max(opts_.n_parallel, 1));
+    // An evicted slot is no prefix for anyone: its pages go back now.
+    if (slot >= 0 && (r.evictor || !opts_.prefix_cache)) kv_.release(slot);
+  }
+  f.timings.kv_reserved_bytes = f.kv_bytes;
+  f.timings.kv_peak_bytes = f.kv.peak_used_bytes;
   sched_.cancel(id);
   if (opts_.on_finish) opts_.on_finish(f);
   r.handle->finish(std::move(f));

@@ -1,7 +1,10 @@
 // The serving engine: a request queue and a step loop on its own thread that runs many sequences
 // through one Model::forward per step (continuous batching: sequences join and leave between
 // steps), with chunked prefill, prefix reuse and admission decided by the Scheduler. Each request
-// has its own sampler (seeded), stop rules, optional JSON-schema constraint and phase timings.
+// has its own sampler (seeded), stop rules, optional JSON-schema constraint, phase timings and KV
+// policy: a keep-everything request shares the slot cache (and its prefixes), any other (eviction,
+// KV quantization, a memory budget) runs on a KV state of its own (sequence_kv.h). `frugal run` and
+// `frugal eval` drive it too, as a batch of one (generate.h).
 #pragma once
 
 #include <atomic>
@@ -16,6 +19,8 @@
 #include "frugal/backend/backend.h"
 #include "frugal/engine/request.h"
 #include "frugal/engine/scheduler.h"
+#include "frugal/engine/sequence_kv.h"
+#include "frugal/engine/work.h"
 #include "frugal/kv/kv_cache.h"
 #include "frugal/model/model.h"
 #include "frugal/tokenize/tokenizer.h"
@@ -32,8 +37,13 @@ struct EngineOptions {
   int32_t max_waiting = 64;       // requests allowed to wait for a slot
   double queue_timeout_s = 120;   // longest wait for a slot before refusal
   bool prefix_cache = true;
+  // KV policy of a request that names none (eviction, quantization; memory is per sequence).
+  KvPolicyOptions kv;
   // Called on the engine thread once per request, whatever its end (metrics, request log).
   std::function<void(const FinishedRequest&)> on_finish;
+  // Hardware sampling period of each request's phases (0: no sampler thread). The energy meter
+  // is the backend's (telemetry/telemetry.h: NVML on cuda, RAPL on the CPU).
+  double telemetry_period_s = 0.05;
 };
 
 struct EngineStats {
@@ -45,6 +55,10 @@ struct EngineStats {
   int64_t kv_rows_cached = 0;    // rows held by all slots (running + cached prefixes)
   int64_t kv_rows_total = 0;
   uint64_t kv_bytes = 0;         // reserved KV memory
+  int64_t kv_pages_total = 0;    // the pool (0: the cache lives on the device)
+  int64_t kv_pages_free = 0;
+  int64_t kv_pages_running = 0;  // held by running sequences (the rest of the used ones: cached prefixes)
+  uint64_t preemptions = 0;      // sequences sent back to the queue for want of pages
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;    // prompt tokens of admitted requests
   uint64_t prefix_hit_tokens = 0;  // of those, reused from cached KV
@@ -66,8 +80,12 @@ class Engine {
 
   EngineStats stats() const;
   int32_t context_per_sequence() const { return slot_capacity_; }
+  // The KV policy of a request that names none (EngineOptions::kv).
+  const KvPolicyOptions& default_kv() const { return opts_.kv; }
   const Tokenizer& tokenizer() const { return tok_; }
   const Model& model() const { return model_; }
+  // What the energy meter measures, or why it measures nothing.
+  const std::string& energy_meter() const { return tel_->meter().describe(); }
   // Stops the loop; running and waiting requests finish as cancelled.
   void shutdown();
 
@@ -82,7 +100,15 @@ class Engine {
   void on_logits(Active& r, const float* logits);
   TokenId pick_token(Active& r, const float* logits);
   void finish(SeqId id, FinishReason reason, Status error = {});
+  Status forward_own(Active& r, const StepItem& it);
+  uint64_t slot_used_bytes(int slot) const;
   Status copy_rows(int src, int dst, int32_t begin, int32_t end);
+  // The host page pool is the memory budget (cpu); a device-resident cache keeps its own slots.
+  bool uses_pool() const { return backend_.name() == "cpu"; }
+  // Pages for every item of the plan, dropping cached prefixes and preempting the newest
+  // sequences when the pool runs out.
+  void reserve_pages(const StepPlan& plan);
+  void preempt(SeqId id);
   double now_s() const;
 
   Model& model_;
@@ -98,7 +124,13 @@ class Engine {
   std::vector<float> masked_;          // [n_vocab]
   std::vector<float> kbuf_, vbuf_;     // [n_head_kv * head_dim] for copying rows
   Batch batch_;
+  Batch own_batch_;                    // one sequence with a KV state of its own
+  std::vector<AttentionObserver*> slot_observers_;  // [slot] during a step's forward pass
+  int64_t promised_pages_ = 0;         // pages admissions of the current plan will need
   std::chrono::steady_clock::time_point t0_;
+  double t0_steady_ = 0;               // t0_ in telemetry::steady_seconds()
+  std::unique_ptr<telemetry::Telemetry> tel_;
+  ModelWork work_;                     // bytes and FLOPs of a pass (shared slot cache)
 
   // Shared with submitters.
   mutable std::mutex mu_;

@@ -1,141 +1,67 @@
 #include "frugal/engine/generate.h"
 
 #include "frugal/core/parse_size.h"
+#include "frugal/engine/engine.h"
 
 #include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 namespace frugal {
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// Longest suffix of `text` that is a proper prefix of some stop string: held back while
-// streaming because the next token may complete the stop string.
-size_t held_back(const std::string& text, const std::vector<std::string>& stops) {
-  size_t hold = 0;
-  for (const auto& s : stops) {
-    for (size_t len = std::min(s.size() - 1, text.size()); len > hold; --len) {
-      if (text.compare(text.size() - len, len, s, 0, len) == 0) {
-        hold = len;
-        break;
-      }
-    }
-  }
-  return hold;
-}
-}  // namespace
 
 Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& backend,
                                 const std::vector<TokenId>& prompt, const GenerateOptions& opts,
                                 const TextCallback& on_text) {
-  const ModelConfig& cfg = model.config();
-  const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : static_cast<int32_t>(cfg.n_ctx_train);
+  const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : static_cast<int32_t>(model.config().n_ctx_train);
   if (prompt.empty()) return error(ErrorCode::kInvalidArgument, "the prompt is empty (no tokens)");
   if (static_cast<int64_t>(prompt.size()) >= n_ctx) {
     return error(ErrorCode::kInvalidArgument, "the prompt has {} tokens but the context holds {} (raise -c)",
                  prompt.size(), n_ctx);
   }
   if (opts.n_batch <= 0) return error(ErrorCode::kInvalidArgument, "n_batch must be positive");
-  for (const auto& s : opts.stop) {
-    if (s.empty()) return error(ErrorCode::kInvalidArgument, "a stop string is empty");
-  }
-  FRUGAL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(opts.sampling, static_cast<int32_t>(cfg.n_vocab)));
-  const int32_t prompt_len = static_cast<int32_t>(prompt.size());
-  const int32_t trace_len = opts.n_predict >= 0 ? std::min(n_ctx, prompt_len + opts.n_predict) : n_ctx;
-  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvEvictor> evictor, KvEvictor::create(opts.kv_policy, trace_len, prompt_len));
-  KvCacheOptions kvo = model.kv_options(1, evictor->capacity(prompt_len, n_ctx), opts.kv_dtype);
-  kvo.quant = opts.kv_policy.quant;
-  if (kvo.quant == KvQuant::kHyQuant) kvo.residual = 2 * kKvGroup + opts.n_batch;  // one prefill chunk
-  if (opts.kv_policy.memory > 0) {
-    FRUGAL_ASSIGN_OR_RETURN(kvo.capacity, evictor->fit_memory(kvo, prompt_len, trace_len));
-  }
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(kvo));
-  evictor->begin(kv, 0, prompt_len);
-  AttentionObserver* observer = evictor->attention_observer();
-
   GenerateResult res;
   res.prompt_tokens = prompt;
-  res.kv_bytes = kv.reserved_bytes();
-  std::vector<float> logits(static_cast<size_t>(cfg.n_vocab));
-  std::vector<TokenId> history = prompt;
-  history.reserve(static_cast<size_t>(n_ctx));
-  Batch batch;
-
-  // Prefill in chunks; only the last prompt token needs logits.
-  const auto t_prefill = Clock::now();
-  for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(opts.n_batch)) {
-    const size_t end = std::min(prompt.size(), i + static_cast<size_t>(opts.n_batch));
-    batch.clear();
-    for (size_t j = i; j < end; ++j) batch.add(prompt[j], static_cast<int32_t>(j), 0, j + 1 == prompt.size());
-    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, backend, logits.data(), observer));
-  }
-  res.timings.prefill_ms = ms_since(t_prefill);
-  res.timings.prefill_tokens = static_cast<int64_t>(prompt.size());
-
-  Detokenizer detok(tok, /*render_special=*/false, /*strip_space_prefix=*/false);
-  std::string pending;  // text not yet delivered (may hold a partial stop string)
-  bool stopped_by_client = false;
-  const auto emit = [&](bool final) {
-    const size_t hold = final ? 0 : held_back(pending, opts.stop);
-    if (pending.size() > hold) {
-      std::string out = pending.substr(0, pending.size() - hold);
-      pending.erase(0, pending.size() - hold);
-      res.text += out;
-      if (on_text && !on_text(out)) stopped_by_client = true;
-    }
-  };
-
-  const auto t_decode = Clock::now();
-  int32_t pos = static_cast<int32_t>(prompt.size());
   res.stop_reason = "length";
-  for (int32_t n = 0; opts.n_predict < 0 || n < opts.n_predict; ++n) {
-    const TokenId id = sampler.sample(logits.data(), history);
-    res.tokens.push_back(id);
-    history.push_back(id);
-    if (tok.is_eog(id) && !opts.ignore_eos) {
-      res.stop_reason = "eos";
-      break;
+  if (opts.n_predict == 0) return res;  // nothing asked for: the prompt is not run
+
+  // A batch of one: one slot of exactly the context, prefill chunks of n_batch, no prefix cache
+  // (nothing runs before it), and a queue that never times it out.
+  EngineOptions eo;
+  eo.n_parallel = 1;
+  eo.n_ctx = n_ctx;
+  eo.kv_dtype = opts.kv_dtype;
+  eo.max_step_tokens = opts.n_batch;
+  eo.max_waiting = 1;
+  eo.queue_timeout_s = std::numeric_limits<double>::infinity();
+  eo.prefix_cache = false;
+  eo.kv = opts.kv_policy;
+  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, tok, backend, eo));
+  RequestOptions req;
+  req.prompt = prompt;
+  req.sampling = opts.sampling;
+  req.max_tokens = opts.n_predict > 0 ? opts.n_predict : -1;
+  req.stop = opts.stop;
+  req.ignore_eos = opts.ignore_eos;
+  FRUGAL_ASSIGN_OR_RETURN(std::shared_ptr<RequestHandle> handle, engine->submit(std::move(req)));
+
+  RequestUpdate u;
+  for (;;) {
+    if (!handle->wait(u, std::chrono::milliseconds(100))) continue;
+    for (const TokenOutput& t : u.tokens) res.tokens.push_back(t.id);
+    if (!u.text.empty()) {
+      res.text += u.text;
+      if (on_text && !on_text(u.text)) handle->cancel();
     }
-    pending += detok.push(id);
-    bool hit_stop = false;
-    for (const auto& s : opts.stop) {
-      const size_t at = pending.find(s);
-      if (at != std::string::npos) {
-        pending.resize(at);
-        hit_stop = true;
-        break;
-      }
-    }
-    if (hit_stop) {
-      res.stop_reason = "stop";
-      break;
-    }
-    emit(false);
-    if (stopped_by_client) {
-      res.stop_reason = "cancelled";
-      break;
-    }
-    if (opts.n_predict >= 0 && n + 1 >= opts.n_predict) break;
-    if (pos >= n_ctx) {
-      res.stop_reason = "context";
-      break;
-    }
-    FRUGAL_RETURN_IF_ERROR(evictor->step(kv, 0));
-    batch.clear();
-    batch.add(id, pos++, 0, true);
-    FRUGAL_RETURN_IF_ERROR(model.forward(batch, kv, backend, logits.data(), observer));
-    ++res.timings.decode_tokens;
+    if (u.done) break;
   }
-  res.timings.decode_ms = ms_since(t_decode);
-  FRUGAL_RETURN_IF_ERROR(evictor->step(kv, 0));  // counts the last token in the peak
-  res.kv_eviction = evictor->stats();
-  if (res.stop_reason != "stop") pending += detok.finish();
-  emit(true);
+  const FinishedRequest& f = u.finished;
+  if (f.reason == FinishReason::kError) return f.error;
+  res.stop_reason = finish_reason_name(f.reason);
+  res.timings = f.timings;
+  res.kv_bytes = f.kv_bytes;
+  res.kv_eviction = f.kv;
   return res;
 }
 

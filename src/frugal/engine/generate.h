@@ -1,5 +1,7 @@
-// Single-sequence generation: prefill the prompt in chunks, then decode token by token with a
-// sampler, stop rules and streamed, valid-UTF-8 text. `frugal run` and `frugal bench` use it.
+// One sequence through the engine (engine.h) as a batch of one: the same loop, stop rules, KV
+// state and timings as a request to `frugal serve`, with the options `frugal run` and `frugal eval`
+// name. Also the home of those options' names (set_generate_option), which the CLI's engine flags
+// and `eval --set/--sweep` share.
 #pragma once
 
 #include <functional>
@@ -8,6 +10,7 @@
 
 #include "frugal/backend/backend.h"
 #include "frugal/decode/sampler.h"
+#include "frugal/engine/request.h"
 #include "frugal/kv/eviction.h"
 #include "frugal/model/model.h"
 #include "frugal/tokenize/tokenizer.h"
@@ -26,27 +29,18 @@ struct GenerateOptions {
                                // quantization (kv_policy.quant) and memory budget (kv_policy.memory)
 };
 
-// Phase timings shared by `run --json`, `bench` and the server's request log.
-struct Timings {
-  double prefill_ms = 0;
-  double decode_ms = 0;
-  int64_t prefill_tokens = 0;
-  int64_t decode_tokens = 0;  // forward passes during decode
-  double prefill_tok_s() const { return prefill_ms > 0 ? prefill_tokens * 1000.0 / prefill_ms : 0; }
-  double decode_tok_s() const { return decode_ms > 0 ? decode_tokens * 1000.0 / decode_ms : 0; }
-};
-
 struct GenerateResult {
   std::string text;
   std::vector<TokenId> prompt_tokens;
   std::vector<TokenId> tokens;        // generated, including a final EOS if one was sampled
-  std::string stop_reason;            // "eos", "stop", "length", "context"
+  std::string stop_reason;            // finish_reason_name(): "eos", "stop", "length", "context", "cancelled"
   Timings timings;
   uint64_t kv_bytes = 0;              // KV cache reserved for this generation
   KvEvictionStats kv_eviction;        // rounds, their time, peak live KV bytes
 };
 
-// Called with each newly completed piece of text; return false to stop early.
+// Called with each newly completed piece of text (never part of a stop string); return false to
+// stop early ("cancelled").
 using TextCallback = std::function<bool(const std::string&)>;
 
 Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& backend,

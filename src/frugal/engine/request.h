@@ -8,17 +8,38 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "frugal/decode/sampler.h"
 #include "frugal/decode/stop.h"
-#include "frugal/engine/generate.h"
 #include "frugal/engine/json_constraint.h"
+#include "frugal/kv/eviction.h"
+#include "frugal/telemetry/telemetry.h"
 
 namespace frugal {
 
 using SeqId = int64_t;
+
+// Phase timings of one generation: prefill and decode, as `run --json`, `bench` and eval report them,
+// with each phase's energy (measured where a counter exists), work (bytes, FLOPs: the estimate's
+// inputs) and sampled hardware telemetry. A forward step that carries several sequences is shared
+// among them by their tokens in it: its energy and its weight reads in proportion, its KV reads and
+// attention FLOPs as each sequence's own (engine/work.h).
+struct Timings {
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  int64_t prefill_tokens = 0;
+  int64_t decode_tokens = 0;  // forward passes during decode
+  telemetry::PhaseRecord prefill, decode;
+  const telemetry::CostModel* cost = nullptr;  // the estimate's constants; null: no estimate
+  std::string energy_meter;     // what the meter measures, or why there is none
+  uint64_t kv_reserved_bytes = 0;  // KV memory reserved for this generation
+  uint64_t kv_peak_bytes = 0;      // the most K/V bytes it held at once
+  double prefill_tok_s() const { return prefill_ms > 0 ? prefill_tokens * 1000.0 / prefill_ms : 0; }
+  double decode_tok_s() const { return decode_ms > 0 ? decode_tokens * 1000.0 / decode_ms : 0; }
+};
 
 // Per-request options (the engine's own options are EngineOptions).
 struct RequestOptions {
@@ -29,14 +50,17 @@ struct RequestOptions {
   bool ignore_eos = false;
   int32_t logprobs = -1;             // -1: none; 0: the chosen token's; k > 0: and the k most likely
   std::shared_ptr<const JsonSchema> json_schema;  // constrain the output to this schema
+  // Eviction policy, KV quantization and memory budget of this sequence; empty: the engine's
+  // default (EngineOptions::kv). Anything but a keep-everything unquantized cache gets a KV state
+  // of its own (engine/sequence_kv.h) instead of a shared slot.
+  std::optional<KvPolicyOptions> kv;
   // Labels echoed into FinishedRequest for logs and metrics.
   std::string api;                   // "openai.chat", "anthropic.messages", ...
   std::string request_id;
 };
 
-// The phase timings of one request: generate()'s Timings (prefill and decode, shared with
-// `frugal run --json`) plus what only a server has (queue, time to first token, time per output
-// token). write_timings_json() in timings_json.h writes both with one schema.
+// The phase timings of one request: Timings plus what only a server has (queue, time to first
+// token, time per output token). timings_json() in timings_json.h writes both with one schema.
 struct RequestTimings : Timings {
   double queue_ms = 0;    // arrival to admission into a sequence slot
   double ttft_ms = 0;     // arrival to the first generated token
@@ -75,6 +99,12 @@ struct FinishedRequest {
   int64_t generated_tokens = 0;  // including a final end-of-generation token
   uint64_t seed = 0;
   RequestTimings timings;
+  uint64_t kv_bytes = 0;         // KV for this sequence: the most pool pages it held (its own cache's
+                                 // reservation; a device cache: its share of the slots)
+  int64_t preemptions = 0;       // times it gave its pages back to be recomputed later
+  KvEvictionStats kv;            // eviction rounds and their time, peak live KV bytes
+  std::string kv_policy = "full";  // the request's KV policy and quantization
+  KvQuant kv_quant = KvQuant::kNone;
 };
 
 // What a reader gets: text and tokens since the previous read, and the end once there is one.

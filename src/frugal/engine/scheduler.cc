@@ -15,7 +15,7 @@ Scheduler::Scheduler(const SchedulerOptions& opts) : opts_(opts) {
   slots_.resize(static_cast<size_t>(std::max(opts_.n_slots, 1)));
 }
 
-Status Scheduler::enqueue(SeqId id, std::vector<TokenId> prompt, double now_s) {
+Status Scheduler::enqueue(SeqId id, std::vector<TokenId> prompt, double now_s, bool shares_kv) {
   if (prompt.empty()) return error(ErrorCode::kInvalidArgument, "the prompt is empty (no tokens)");
   if (static_cast<int64_t>(prompt.size()) >= opts_.slot_capacity) {
     return error(ErrorCode::kInvalidArgument,
@@ -26,7 +26,7 @@ Status Scheduler::enqueue(SeqId id, std::vector<TokenId> prompt, double now_s) {
     return error(ErrorCode::kOverBudget, "the server is busy: {} requests are already waiting (queue limit {})",
                  waiting_.size(), opts_.max_waiting);
   }
-  waiting_.push_back({id, std::move(prompt), now_s});
+  waiting_.push_back({id, std::move(prompt), now_s, shares_kv});
   return ok_status();
 }
 
@@ -36,6 +36,7 @@ bool Scheduler::is_waiting(SeqId id) const {
 
 int32_t Scheduler::shared_prefix(int slot, std::span<const TokenId> prompt) const {
   const Slot& s = slots_[static_cast<size_t>(slot)];
+  if (!s.shares_kv) return 0;
   const size_t n = std::min({static_cast<size_t>(s.n_kv), s.tokens.size(), prompt.size()});
   size_t i = 0;
   while (i < n && s.tokens[i] == prompt[i]) ++i;
@@ -51,7 +52,7 @@ Admission Scheduler::admit(Waiting& w) {
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
     const Slot& s = slots_[static_cast<size_t>(i)];
     if (s.owner >= 0) continue;
-    const int32_t len = opts_.prefix_cache ? shared_prefix(i, w.prompt) : 0;
+    const int32_t len = opts_.prefix_cache && w.shares_kv ? shared_prefix(i, w.prompt) : 0;
     if (best < 0 || len > best_len || (len == best_len && s.last_used < slots_[static_cast<size_t>(best)].last_used)) {
       best = i;
       best_len = len;
@@ -61,7 +62,7 @@ Admission Scheduler::admit(Waiting& w) {
   a.slot = best;
   a.reused = best_len;
   a.copy_end = best_len;
-  if (opts_.prefix_cache) {
+  if (opts_.prefix_cache && w.shares_kv) {
     for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
       if (i == best) continue;
       const int32_t len = shared_prefix(i, w.prompt);
@@ -75,6 +76,7 @@ Admission Scheduler::admit(Waiting& w) {
   s.owner = w.id;
   s.tokens = std::move(w.prompt);
   s.n_kv = a.copy_end;
+  s.shares_kv = w.shares_kv;
   s.last_used = ++tick_;
   running_[w.id] = Running{best, static_cast<int32_t>(s.tokens.size()), tick_};
   return a;
@@ -117,6 +119,7 @@ StepPlan Scheduler::plan(double now_s) {
     if (static_cast<int32_t>(s.tokens.size()) == r.n_prompt && budget > 0) add_item(id, r.slot);
   }
   while (!waiting_.empty() && budget > 0 && n_running() < static_cast<int>(slots_.size())) {
+    if (gate_ && !gate_(waiting_.front().id, static_cast<int32_t>(waiting_.front().prompt.size()))) break;
     Waiting w = std::move(waiting_.front());
     waiting_.pop_front();
     const Admission a = admit(w);
@@ -150,10 +153,11 @@ void Scheduler::release(SeqId id) {
   Slot& s = slots_[static_cast<size_t>(it->second.slot)];
   s.owner = -1;
   s.tokens.resize(static_cast<size_t>(s.n_kv));
-  if (!opts_.prefix_cache) {
+  if (!opts_.prefix_cache || !s.shares_kv) {
     s.tokens.clear();
     s.n_kv = 0;
   }
+  s.shares_kv = true;
   s.last_used = ++tick_;
   running_.erase(it);
 }
@@ -174,6 +178,29 @@ bool Scheduler::cancel(SeqId id) {
   if (!running_.count(id)) return false;
   release(id);
   return true;
+}
+
+bool Scheduler::preempt(SeqId id, double now_s) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return false;
+  Slot& s = slots_[static_cast<size_t>(it->second.slot)];
+  Waiting w{id, std::move(s.tokens), now_s, s.shares_kv};
+  s.tokens.clear();
+  s.n_kv = 0;
+  s.owner = -1;
+  s.shares_kv = true;
+  s.last_used = ++tick_;
+  running_.erase(it);
+  waiting_.push_front(std::move(w));
+  return true;
+}
+
+int Scheduler::cached_free_slot() const {
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+    const Slot& s = slots_[static_cast<size_t>(i)];
+    if (s.owner < 0 && s.n_kv > 0) return i;
+  }
+  return -1;
 }
 
 const Scheduler::Slot& Scheduler::slot_of_seq(SeqId id) const {

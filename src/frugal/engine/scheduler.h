@@ -12,6 +12,11 @@
 // prompt), then prefilling sequences get prompt chunks in admission order, then waiting requests
 // are admitted while slots and step budget (max_step_tokens) last.
 //
+// Memory. With a page pool behind the slots (the engine's KV cache), a slot is not memory: the
+// engine passes an admission gate that says whether the pool can take a request's prompt now, and
+// when a step cannot get its pages it preempts a sequence, which goes back to the front of the
+// queue with its prompt and generated tokens, to be recomputed when it is admitted again.
+//
 // Prefix caching. A finished sequence leaves its tokens' KV in its slot. A new request takes the
 // free slot whose cached tokens share the longest prefix with its prompt (least recently used on
 // ties) and keeps those rows; if another slot - running or free - shares a longer prefix by at
@@ -22,6 +27,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -82,8 +88,10 @@ class Scheduler {
   explicit Scheduler(const SchedulerOptions& opts);
 
   // Queues a request. kInvalidArgument when the prompt is empty or cannot fit a slot (nothing could
-  // ever run it), kOverBudget when max_waiting requests already wait.
-  Status enqueue(SeqId id, std::vector<TokenId> prompt, double now_s);
+  // ever run it), kOverBudget when max_waiting requests already wait. `shares_kv` false: the
+  // sequence keeps its KV outside the slots (its own eviction or quantization), so it neither
+  // reuses a cached prefix nor offers its rows to others, and its slot caches nothing afterwards.
+  Status enqueue(SeqId id, std::vector<TokenId> prompt, double now_s, bool shares_kv = true);
 
   // Decides the next step; admissions and refusals take effect now, the items once commit() says
   // the forward pass succeeded.
@@ -100,6 +108,15 @@ class Scheduler {
   void drop_cache(int slot);
   // Removes a waiting request or releases a running one; false when `id` is unknown.
   bool cancel(SeqId id);
+  // Stops a running sequence and queues it first, its prompt and generated tokens as the prompt to
+  // recompute (its slot caches nothing). False when `id` is not running.
+  bool preempt(SeqId id, double now_s);
+  // Asked before each admission with the request and the tokens it would compute (prompt minus a
+  // reused prefix is not known yet: the whole prompt); false keeps it and everything behind it
+  // waiting. Unset: slots are the only limit.
+  void set_admission_gate(std::function<bool(SeqId, int32_t)> gate) { gate_ = std::move(gate); }
+  // A free slot that caches a prefix, or -1.
+  int cached_free_slot() const;
 
   bool is_running(SeqId id) const { return running_.count(id) > 0; }
   bool is_waiting(SeqId id) const;
@@ -124,11 +141,13 @@ class Scheduler {
     std::vector<TokenId> tokens;  // running: prompt + generated; free: the cached prefix
     int32_t n_kv = 0;             // rows in the KV cache
     uint64_t last_used = 0;
+    bool shares_kv = true;        // false while owned by a sequence whose KV lives elsewhere
   };
   struct Waiting {
     SeqId id;
     std::vector<TokenId> prompt;
     double arrival_s;
+    bool shares_kv;
   };
   struct Running {
     int slot;
@@ -145,6 +164,7 @@ class Scheduler {
   std::deque<Waiting> waiting_;
   std::unordered_map<SeqId, Running> running_;
   uint64_t tick_ = 0;
+  std::function<bool(SeqId, int32_t)> gate_;
 };
 
 }  // namespace frugal

@@ -1,5 +1,7 @@
 #include "frugal/eval/harness.h"
 
+#include "frugal/engine/timings_json.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/engine/sequence_kv.h"
 #include "frugal/eval/score.h"
 
 namespace frugal::eval {
@@ -50,15 +53,16 @@ Result<std::vector<float>> teacher_forced_logits(Model& model, Backend& backend,
                  tokens.size());
   }
   const size_t nv = static_cast<size_t>(model.config().n_vocab);
-  const int32_t cap = static_cast<int32_t>(tokens.size()) + 1;
-  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvEvictor> evictor,
-                          KvEvictor::create(gen.kv_policy, static_cast<int32_t>(tokens.size()),
-                                            static_cast<int32_t>(n_context)));
-  const int32_t n_ctx = static_cast<int32_t>(n_context);
-  FRUGAL_ASSIGN_OR_RETURN(KvCache kv,
-                          KvCache::create(model.kv_options(1, evictor->capacity(n_ctx, cap), gen.kv_dtype)));
-  evictor->begin(kv, 0, n_ctx);
-  AttentionObserver* observer = evictor->attention_observer();
+  SequenceKvShape shape;
+  shape.prompt_len = static_cast<int32_t>(n_context);
+  shape.trace_len = static_cast<int32_t>(tokens.size());
+  shape.n_ctx = static_cast<int32_t>(tokens.size()) + 1;
+  shape.n_batch = gen.n_batch;
+  shape.dtype = gen.kv_dtype;
+  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<SequenceKv> state, make_sequence_kv(model, gen.kv_policy, shape));
+  KvCache& kv = state->cache;
+  KvEvictor* evictor = state->evictor.get();
+  AttentionObserver* observer = state->observer();
   std::vector<float> out((tokens.size() - n_context) * nv);
   Batch b;
   // Prefill the context in chunks; its last position predicts tokens[n_context].
@@ -248,7 +252,8 @@ std::string report_json(const std::vector<EvalReport>& reports) {
                                 {"completion", e.completion}, {"prompt_tokens", e.prompt_tokens},
                                 {"generated_tokens", e.generated_tokens}, {"prefill_ms", e.timings.prefill_ms},
                                 {"decode_ms", e.timings.decode_ms}, {"kl", e.kl}, {"top1", e.top1},
-                                {"kv_rounds", e.kv_rounds}, {"kv_round_ms", e.kv_round_ms}});
+                                {"kv_rounds", e.kv_rounds}, {"kv_round_ms", e.kv_round_ms},
+                                {"timings", timings_json<nlohmann::json>(local_request_timings(e.timings))}});
     }
     out.push_back(jr);
   }

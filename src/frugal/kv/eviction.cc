@@ -106,7 +106,7 @@ Result<int32_t> KvEvictor::fit_memory(const KvCacheOptions& shape, int32_t promp
   return capacity(prompt_len, trace_len);
 }
 
-void KvEvictor::begin(KvCache& kv, int seq, int32_t prompt_len) {
+void KvEvictor::begin(KvCache& kv, int seq, int32_t prompt_len, int64_t stream) {
   cache_ = &kv;
   deferred_ = ok_status();
   if ((opts_.memory > 0 || kv.options().quant != opts_.quant) && kv.options().n_seq == 1 && kv.size(0, 0, 0) == 0) {
@@ -133,11 +133,13 @@ void KvEvictor::begin(KvCache& kv, int seq, int32_t prompt_len) {
   if (n_seq_ != ko.n_seq || rings_.size() != static_cast<size_t>(ko.n_layer) * ko.n_seq) {
     n_seq_ = ko.n_seq;
     prompt_len_.assign(static_cast<size_t>(n_seq_), 0);
+    stream_.assign(static_cast<size_t>(n_seq_), 0);
     round_no_.assign(static_cast<size_t>(n_seq_), 0);
     acc_pos_.assign(static_cast<size_t>(ko.n_layer) * n_seq_, -1);
     rings_.assign(static_cast<size_t>(ko.n_layer) * n_seq_, Ring{});
   }
   prompt_len_[static_cast<size_t>(seq)] = prompt_len;
+  stream_[static_cast<size_t>(seq)] = static_cast<uint64_t>(stream >= 0 ? stream : seq);
   round_no_[static_cast<size_t>(seq)] = 0;
   for (int l = 0; l < ko.n_layer; ++l) {
     acc_pos_[static_cast<size_t>(l) * n_seq_ + seq] = -1;
@@ -290,7 +292,7 @@ Status KvEvictor::round_layer(KvCache& kv, int layer, int seq) {
     v.n_keep = n_keep;
     v.positions = kv.positions(layer, seq, h);
     v.head_dim = ko.head_dim;
-    v.seed = mix(mix(mix(mix(opts_.seed, static_cast<uint64_t>(seq)), static_cast<uint64_t>(round)),
+    v.seed = mix(mix(mix(mix(opts_.seed, stream_[static_cast<size_t>(seq)]), static_cast<uint64_t>(round)),
                      static_cast<uint64_t>(layer)),
                  static_cast<uint64_t>(h));
     // H2O must see every query once, even in a round that leaves this head alone.
@@ -328,7 +330,7 @@ Status KvEvictor::round_layer(KvCache& kv, int layer, int seq) {
       while (pinned < v.n_cand && v.positions[pinned] < prompt_len) ++pinned;
       pinned = std::min(pinned, n_keep - 1);  // as the authors: one slot at least stays contested
     }
-    kv.keep_tokens(layer, seq, h, select(v, pinned));
+    FRUGAL_RETURN_IF_ERROR(kv.keep_tokens(layer, seq, h, select(v, pinned)));
   }
   acc_pos = newest_q;
   return ok_status();

@@ -70,7 +70,9 @@ class KvEvictor final : public AttentionObserver {
   // Starts `seq` (call after creating the cache, before prefill). An empty cache whose layout
   // disagrees with kv-quant / kv-memory is re-created with the right one; a memory budget that
   // cannot hold the prompt is reported by the next step() or round().
-  void begin(KvCache& kv, int seq, int32_t prompt_len);
+  // `stream` (default: seq) is what the random policy mixes into its seed for this sequence, so a
+  // request in any slot of a shared cache can draw as it would alone (stream 0).
+  void begin(KvCache& kv, int seq, int32_t prompt_len, int64_t stream = -1);
   // Resolves kv-memory for this cache shape and prompt: the capacity to allocate (tokens per
   // head), updating the budget of an evicting policy; kOverBudget says why it cannot fit.
   // `trace_len` is what a non-evicting policy must hold.
@@ -110,6 +112,7 @@ class KvEvictor final : public AttentionObserver {
   KvEvictionStats stats_;
   int n_seq_ = 0;
   std::vector<int32_t> prompt_len_;   // [seq]
+  std::vector<uint64_t> stream_;      // [seq]
   std::vector<int64_t> round_no_;     // [seq]
   std::vector<int32_t> acc_pos_;      // [layer][seq]: newest query already accumulated (H2O)
   std::vector<Ring> rings_;           // [layer][seq]

@@ -3,11 +3,40 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "frugal/core/half.h"
+#include "frugal/kv/page_pool.h"
+#include "frugal/kv/token_table.h"
 
 namespace frugal {
+
+// The tables are declared after the pool so they are destroyed first (they give their pages back).
+struct KvCache::Paged {
+  std::unique_ptr<PagePool> pool;
+  std::vector<TokenTable> tables;  // [seq]
+  std::vector<PageCopy> copies;    // scratch of reserve()
+  std::vector<RowMove> moves;      // scratch of keep_tokens()
+};
+
+KvCache::KvCache() = default;
+KvCache::~KvCache() = default;
+KvCache::KvCache(KvCache&&) noexcept = default;
+KvCache& KvCache::operator=(KvCache&&) noexcept = default;
+
+int32_t KvCache::size(int layer, int seq, int head) const {
+  if (quantized()) return len_[static_cast<size_t>(index(layer, seq, head))];
+  return paged_ ? paged_->tables[static_cast<size_t>(seq)].size(layer, head) : 0;
+}
+
+const int32_t* KvCache::positions(int layer, int seq, int head) const {
+  if (quantized()) return pos_.data() + static_cast<size_t>(index(layer, seq, head)) * opts_.capacity;
+  return paged_ ? paged_->tables[static_cast<size_t>(seq)].positions(layer, head).data() : nullptr;
+}
+
+int64_t KvCache::total_pages() const { return paged_ ? paged_->pool->total_pages() : 0; }
+int64_t KvCache::free_pages() const { return paged_ ? paged_->pool->free_pages() : 0; }
 
 namespace {
 struct QuantLayout {
@@ -28,10 +57,22 @@ QuantLayout quant_layout(const KvCacheOptions& o) {
 }
 }  // namespace
 
+int64_t kv_pool_pages(const KvCacheOptions& o) {
+  if (o.n_pages > 0) return o.n_pages;
+  const int64_t heads = static_cast<int64_t>(o.n_layer) * o.n_seq * o.n_head_kv;
+  const int64_t p = std::max<int32_t>(o.page_tokens, 1);
+  return heads * ((std::max(o.capacity, 0) + p - 1) / p);
+}
+
+uint64_t kv_page_bytes(const KvCacheOptions& o) {
+  return static_cast<uint64_t>(std::max<int32_t>(o.page_tokens, 0)) * static_cast<uint64_t>(std::max(o.head_dim, 0)) *
+         (o.dtype == DType::kF32 ? 4 : 2) * 2;
+}
+
 uint64_t kv_reserved_bytes(const KvCacheOptions& o) {
   const uint64_t heads = static_cast<uint64_t>(o.n_layer) * o.n_seq * o.n_head_kv;
   const uint64_t hd = static_cast<uint64_t>(o.head_dim), cap = static_cast<uint64_t>(std::max(o.capacity, 0));
-  if (o.quant == KvQuant::kNone) return heads * cap * hd * (o.dtype == DType::kF32 ? 4 : 2) * 2;
+  if (o.quant == KvQuant::kNone) return static_cast<uint64_t>(kv_pool_pages(o)) * kv_page_bytes(o);
   const QuantLayout l = quant_layout(o);
   const uint64_t per_head = cap * static_cast<uint64_t>(l.cb) * 2 + static_cast<uint64_t>(l.groups) * hd * 4 +
                             cap * static_cast<uint64_t>(l.vg) * 4 + static_cast<uint64_t>(l.res) * hd * 4 +
@@ -80,6 +121,11 @@ Result<KvCache> KvCache::create(const KvCacheOptions& opts) {
   if (opts.quant != KvQuant::kNone && opts.head_dim > 512) {
     return error(ErrorCode::kNotSupported, "kv cache: kv-quant supports head sizes up to 512 (got {})", opts.head_dim);
   }
+  if (opts.quant == KvQuant::kNone && (opts.page_tokens <= 0 || opts.n_pages < 0 ||
+                                       kv_pool_pages(opts) > std::numeric_limits<int32_t>::max())) {
+    return error(ErrorCode::kInvalidArgument, "kv cache: {} pages of {} tokens is not a pool (1 to 2^31-1 pages)",
+                 kv_pool_pages(opts), opts.page_tokens);
+  }
   if (!(opts.hot_ratio >= 0 && opts.hot_ratio <= 1)) {
     return error(ErrorCode::kInvalidArgument, "kv cache: hot_ratio {} is not in [0, 1]", opts.hot_ratio);
   }
@@ -87,14 +133,24 @@ Result<KvCache> KvCache::create(const KvCacheOptions& opts) {
   c.opts_ = opts;
   const size_t heads = static_cast<size_t>(opts.n_layer) * opts.n_seq * opts.n_head_kv;
   const size_t hd = static_cast<size_t>(opts.head_dim), cap = static_cast<size_t>(opts.capacity);
-  c.pos_.assign(heads * cap, -1);
-  c.len_.assign(heads, 0);
   if (opts.quant == KvQuant::kNone) {
+    const int64_t pages = kv_pool_pages(opts);
     c.row_bytes_ = hd * (opts.dtype == DType::kF16 ? 2 : 4);
-    c.k_.resize(heads * cap * c.row_bytes_);
-    c.v_.resize(heads * cap * c.row_bytes_);
+    c.k_.resize(static_cast<size_t>(pages) * opts.page_tokens * c.row_bytes_);
+    c.v_.resize(static_cast<size_t>(pages) * opts.page_tokens * c.row_bytes_);
+    c.paged_ = std::make_unique<Paged>();
+    c.paged_->pool = std::make_unique<PagePool>(static_cast<int32_t>(pages));
+    TokenTableShape shape;
+    shape.n_layer = opts.n_layer;
+    shape.n_head_kv = opts.n_head_kv;
+    shape.page_tokens = opts.page_tokens;
+    shape.salt = static_cast<uint64_t>(opts.dtype);
+    c.paged_->tables.reserve(static_cast<size_t>(opts.n_seq));
+    for (int s = 0; s < opts.n_seq; ++s) c.paged_->tables.emplace_back(*c.paged_->pool, shape);
     return c;
   }
+  c.pos_.assign(heads * cap, -1);
+  c.len_.assign(heads, 0);
   const QuantLayout l = quant_layout(opts);
   c.bits_ = l.bits;
   c.cb_ = l.cb;
@@ -120,8 +176,13 @@ uint64_t KvCache::reserved_bytes() const { return kv_reserved_bytes(opts_); }
 
 uint64_t KvCache::used_bytes() const {
   if (!quantized()) {
+    if (!paged_) return 0;
     uint64_t n = 0;
-    for (int32_t l : len_) n += static_cast<uint64_t>(l);
+    for (const TokenTable& t : paged_->tables) {
+      for (int l = 0; l < opts_.n_layer; ++l) {
+        for (int h = 0; h < opts_.n_head_kv; ++h) n += static_cast<uint64_t>(t.size(l, h));
+      }
+    }
     return n * row_bytes_ * 2;
   }
   const uint64_t hd = static_cast<uint64_t>(opts_.head_dim);
@@ -132,6 +193,91 @@ uint64_t KvCache::used_bytes() const {
          (res + static_cast<uint64_t>(hot_n_[i])) * hd * 4;
   }
   return b;
+}
+
+uint64_t KvCache::held_bytes() const {
+  if (!quantized()) return paged_ ? static_cast<uint64_t>(paged_->pool->used_pages()) * page_bytes() : 0;
+  return reserved_bytes();
+}
+
+KvCache::HeadPages KvCache::head_pages(int layer, int seq, int head) const {
+  HeadPages hp;
+  if (quantized() || !paged_ || seq < 0 || seq >= opts_.n_seq) return hp;
+  const TokenTable& t = paged_->tables[static_cast<size_t>(seq)];
+  hp.k = k_.data();
+  hp.v = v_.data();
+  hp.pages = t.pages(layer, head).data();
+  hp.page_tokens = opts_.page_tokens;
+  hp.row_bytes = row_bytes_;
+  hp.size = t.size(layer, head);
+  return hp;
+}
+
+const void* KvCache::key_row(int layer, int seq, int head, int32_t slot) const {
+  const HeadPages hp = head_pages(layer, seq, head);
+  return hp.k == nullptr || slot < 0 || slot >= hp.size ? nullptr : hp.k + hp.row_offset(slot);
+}
+
+const void* KvCache::value_row(int layer, int seq, int head, int32_t slot) const {
+  const HeadPages hp = head_pages(layer, seq, head);
+  return hp.v == nullptr || slot < 0 || slot >= hp.size ? nullptr : hp.v + hp.row_offset(slot);
+}
+
+int64_t KvCache::pages_needed(int seq, int32_t n) const {
+  if (quantized() || !paged_ || seq < 0 || seq >= opts_.n_seq) return 0;
+  return paged_->tables[static_cast<size_t>(seq)].pages_needed(n);
+}
+
+int64_t KvCache::pages_held(int seq) const {
+  if (quantized() || !paged_ || seq < 0 || seq >= opts_.n_seq) return 0;
+  return paged_->tables[static_cast<size_t>(seq)].pages_held();
+}
+
+void KvCache::apply_copies() {
+  const size_t page = static_cast<size_t>(opts_.page_tokens) * row_bytes_;
+  for (const PageCopy& c : paged_->copies) {
+    const size_t n = static_cast<size_t>(c.rows) * row_bytes_;
+    std::memcpy(k_.data() + static_cast<size_t>(c.to) * page, k_.data() + static_cast<size_t>(c.from) * page, n);
+    std::memcpy(v_.data() + static_cast<size_t>(c.to) * page, v_.data() + static_cast<size_t>(c.from) * page, n);
+  }
+}
+
+Status KvCache::reserve(int seq, int32_t n) {
+  if (!quantized() && !paged_) return error(ErrorCode::kInvalidArgument, "kv cache: used before create()");
+  if (seq < 0 || seq >= opts_.n_seq) {
+    return error(ErrorCode::kInvalidArgument, "kv cache: sequence {} out of range [0, {})", seq, opts_.n_seq);
+  }
+  if (n <= 0) return ok_status();
+  for (int l = 0; l < opts_.n_layer; ++l) {
+    for (int h = 0; h < opts_.n_head_kv; ++h) {
+      if (size(l, seq, h) + static_cast<int64_t>(n) > opts_.capacity) {
+        return error(ErrorCode::kOverBudget, "kv cache: sequence {} is full ({} tokens per head)", seq,
+                     opts_.capacity);
+      }
+    }
+  }
+  if (quantized()) return ok_status();
+  paged_->copies.clear();
+  if (paged_->tables[static_cast<size_t>(seq)].reserve(n, &paged_->copies) == Room::kNoFreePage) {
+    return error(ErrorCode::kOverBudget, "kv cache: no free page for {} more tokens of sequence {} ({} of {} pages free)",
+                 n, seq, paged_->pool->free_pages(), paged_->pool->total_pages());
+  }
+  apply_copies();
+  return ok_status();
+}
+
+void KvCache::release(int seq) {
+  if (seq < 0 || seq >= opts_.n_seq || (!quantized() && !paged_)) return;
+  if (!quantized()) {
+    paged_->tables[static_cast<size_t>(seq)].release_all();
+    if (!stats_.empty()) {
+      for (int l = 0; l < opts_.n_layer; ++l) {
+        for (int h = 0; h < opts_.n_head_kv; ++h) stats_[static_cast<size_t>(index(l, seq, h))].clear();
+      }
+    }
+    return;
+  }
+  truncate(seq, 0);
 }
 
 namespace {
@@ -146,8 +292,35 @@ void store_row(const float* src, void* dst, int n, DType dtype) {
 }  // namespace
 
 Status KvCache::append(int layer, int seq, int32_t pos, const float* k, const float* v) {
+  if (!quantized() && !paged_) return error(ErrorCode::kInvalidArgument, "kv cache: used before create()");
   if (seq < 0 || seq >= opts_.n_seq) {
     return error(ErrorCode::kInvalidArgument, "kv cache: sequence {} out of range [0, {})", seq, opts_.n_seq);
+  }
+  if (layer < 0 || layer >= opts_.n_layer) {
+    return error(ErrorCode::kInvalidArgument, "kv cache: layer {} out of range [0, {})", layer, opts_.n_layer);
+  }
+  if (!quantized()) {
+    TokenTable& t = paged_->tables[static_cast<size_t>(seq)];
+    // Room is taken for every layer at once; a caller that did not reserve gets it here.
+    bool room = true;
+    for (int h = 0; h < opts_.n_head_kv && room; ++h) {
+      room = static_cast<int64_t>(t.pages(layer, h).size()) * opts_.page_tokens > t.size(layer, h);
+    }
+    if (!room) FRUGAL_RETURN_IF_ERROR(reserve(seq, 1));
+    for (int h = 0; h < opts_.n_head_kv; ++h) {
+      if (t.size(layer, h) >= opts_.capacity) {
+        return error(ErrorCode::kOverBudget, "kv cache: sequence {} is full ({} tokens per head)", seq, opts_.capacity);
+      }
+    }
+    t.append(layer, pos);
+    for (int h = 0; h < opts_.n_head_kv; ++h) {
+      const PageRow r = t.row(layer, h, t.size(layer, h) - 1);
+      const size_t off = (static_cast<size_t>(r.page) * opts_.page_tokens + r.row) * row_bytes_;
+      store_row(k + static_cast<size_t>(h) * opts_.head_dim, k_.data() + off, opts_.head_dim, opts_.dtype);
+      store_row(v + static_cast<size_t>(h) * opts_.head_dim, v_.data() + off, opts_.head_dim, opts_.dtype);
+      if (!stats_.empty()) stats_[static_cast<size_t>(index(layer, seq, h))].push_back(0.f);
+    }
+    return ok_status();
   }
   for (int h = 0; h < opts_.n_head_kv; ++h) {
     const int idx = index(layer, seq, h);
@@ -156,15 +329,8 @@ Status KvCache::append(int layer, int seq, int32_t pos, const float* k, const fl
       return error(ErrorCode::kOverBudget, "kv cache: sequence {} is full ({} tokens per head)", seq, opts_.capacity);
     }
     pos_[static_cast<size_t>(idx) * opts_.capacity + n] = pos;
-    if (!stats_.empty()) stats_[static_cast<size_t>(idx) * opts_.capacity + n] = 0.f;
-    if (quantized()) {
-      q_append(idx, k + static_cast<size_t>(h) * opts_.head_dim, v + static_cast<size_t>(h) * opts_.head_dim);
-      continue;
-    }
-    const size_t off = row_offset(layer, seq, h) + static_cast<size_t>(n) * row_bytes_;
-    store_row(k + static_cast<size_t>(h) * opts_.head_dim, k_.data() + off, opts_.head_dim, opts_.dtype);
-    store_row(v + static_cast<size_t>(h) * opts_.head_dim, v_.data() + off, opts_.head_dim, opts_.dtype);
-    ++n;
+    if (!stats_.empty()) stats_[static_cast<size_t>(idx)].push_back(0.f);
+    q_append(idx, k + static_cast<size_t>(h) * opts_.head_dim, v + static_cast<size_t>(h) * opts_.head_dim);
   }
   return ok_status();
 }
@@ -181,6 +347,18 @@ int32_t KvCache::max_pos(int seq) const {
 }
 
 void KvCache::truncate(int seq, int32_t pos) {
+  if (seq < 0 || seq >= opts_.n_seq || (!quantized() && !paged_)) return;
+  if (!quantized()) {
+    paged_->tables[static_cast<size_t>(seq)].truncate(pos);
+    if (!stats_.empty()) {
+      for (int l = 0; l < opts_.n_layer; ++l) {
+        for (int h = 0; h < opts_.n_head_kv; ++h) {
+          stats_[static_cast<size_t>(index(l, seq, h))].resize(static_cast<size_t>(size(l, seq, h)));
+        }
+      }
+    }
+    return;
+  }
   for (int l = 0; l < opts_.n_layer; ++l) {
     for (int h = 0; h < opts_.n_head_kv; ++h) {
       const int idx = index(l, seq, h);
@@ -191,39 +369,53 @@ void KvCache::truncate(int seq, int32_t pos) {
       if (quantized() && n < cold_[static_cast<size_t>(idx)]) {
         std::vector<int32_t> slots(static_cast<size_t>(n));
         std::iota(slots.begin(), slots.end(), 0);
-        keep_tokens(l, seq, h, slots);
+        (void)keep_tokens(l, seq, h, slots);  // quantized: compaction never needs a page
         continue;
       }
       len_[idx] = n;
+      if (!stats_.empty()) stats_[static_cast<size_t>(idx)].resize(static_cast<size_t>(n));
     }
   }
 }
 
-void KvCache::keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots) {
+Status KvCache::keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots) {
   const int idx = index(layer, seq, head);
+  const auto keep_stats = [&] {
+    if (stats_.empty()) return;
+    std::vector<float>& st = stats_[static_cast<size_t>(idx)];
+    for (size_t j = 0; j < slots.size(); ++j) st[j] = st[static_cast<size_t>(slots[j])];
+    st.resize(slots.size());
+  };
   if (quantized()) {
+    keep_stats();
     q_keep(idx, slots);
-    return;
+    return ok_status();
   }
-  int32_t* p = pos_.data() + static_cast<size_t>(idx) * opts_.capacity;
-  uint8_t* kb = k_.data() + row_offset(layer, seq, head);
-  uint8_t* vb = v_.data() + row_offset(layer, seq, head);
-  float* st = stats_.empty() ? nullptr : stats_.data() + static_cast<size_t>(idx) * opts_.capacity;
-  int32_t out = 0;
-  for (int32_t s : slots) {
-    if (s != out) {
-      std::memmove(kb + static_cast<size_t>(out) * row_bytes_, kb + static_cast<size_t>(s) * row_bytes_, row_bytes_);
-      std::memmove(vb + static_cast<size_t>(out) * row_bytes_, vb + static_cast<size_t>(s) * row_bytes_, row_bytes_);
-      p[out] = p[s];
-      if (st != nullptr) st[out] = st[s];
-    }
-    ++out;
+  std::vector<RowMove>& moves = paged_->moves;
+  moves.clear();
+  if (paged_->tables[static_cast<size_t>(seq)].keep(layer, head, slots, &moves) == Room::kNoFreePage) {
+    return error(ErrorCode::kOverBudget, "kv cache: no free page to compact a head of sequence {} shared with another",
+                 seq);
   }
-  len_[idx] = out;
+  keep_stats();
+  const size_t p = static_cast<size_t>(opts_.page_tokens);
+  for (const RowMove& m : moves) {
+    const size_t from = (static_cast<size_t>(m.from.page) * p + m.from.row) * row_bytes_;
+    const size_t to = (static_cast<size_t>(m.to.page) * p + m.to.row) * row_bytes_;
+    std::memmove(k_.data() + to, k_.data() + from, row_bytes_);
+    std::memmove(v_.data() + to, v_.data() + from, row_bytes_);
+  }
+  return ok_status();
 }
 
 void KvCache::enable_token_stats() {
-  if (stats_.empty()) stats_.assign(pos_.size(), 0.f);
+  if (!stats_.empty()) return;
+  stats_.resize(static_cast<size_t>(opts_.n_layer) * opts_.n_seq * opts_.n_head_kv);
+  for (int l = 0; l < opts_.n_layer; ++l) {
+    for (int s = 0; s < opts_.n_seq; ++s) {
+      for (int h = 0; h < opts_.n_head_kv; ++h) stats_[static_cast<size_t>(index(l, s, h))].assign(size(l, s, h), 0.f);
+    }
+  }
 }
 
 }  // namespace frugal
@@ -317,18 +509,25 @@ int32_t KvCache::fp16_tokens(int layer, int seq, int head) const {
 }
 
 void KvCache::read_rows(int layer, int seq, int head, float* k, float* v) const {
-  const size_t i = static_cast<size_t>(index(layer, seq, head)), hd = static_cast<size_t>(opts_.head_dim);
-  const int32_t n = len_[i];
+  const size_t hd = static_cast<size_t>(opts_.head_dim);
+  const int32_t n = size(layer, seq, head);
   if (!quantized()) {
-    const size_t cnt = static_cast<size_t>(n) * hd;
+    const HeadPages hp = head_pages(layer, seq, head);
     for (int which = 0; which < 2; ++which) {
       float* out = which == 0 ? k : v;
       if (out == nullptr) continue;
-      const void* src = which == 0 ? keys(layer, seq, head) : values(layer, seq, head);
-      if (opts_.dtype == DType::kF32) {
-        std::memcpy(out, src, cnt * sizeof(float));
-      } else {
-        f32_row(static_cast<const uint16_t*>(src), static_cast<int>(cnt), out);
+      const uint8_t* base = which == 0 ? hp.k : hp.v;
+      // A page's rows are contiguous: convert a page's run at a time.
+      for (int32_t s = 0; s < n;) {
+        const int32_t run = std::min(n - s, hp.page_tokens - s % hp.page_tokens);
+        const void* src = base + hp.row_offset(s);
+        const size_t cnt = static_cast<size_t>(run) * hd;
+        if (opts_.dtype == DType::kF32) {
+          std::memcpy(out + static_cast<size_t>(s) * hd, src, cnt * sizeof(float));
+        } else {
+          f32_row(static_cast<const uint16_t*>(src), static_cast<int>(cnt), out + static_cast<size_t>(s) * hd);
+        }
+        s += run;
       }
     }
     return;
@@ -459,11 +658,7 @@ void KvCache::q_keep(int idx, const std::vector<int32_t>& slots) {
   }
   hot_n_[i] = hn;
   int32_t* p = pos_.data() + i * cap;
-  float* st = stats_.empty() ? nullptr : stats_.data() + i * cap;
-  for (size_t j = 0; j < slots.size(); ++j) {
-    p[j] = p[slots[j]];
-    if (st != nullptr) st[j] = st[slots[j]];
-  }
+  for (size_t j = 0; j < slots.size(); ++j) p[j] = p[slots[j]];
   len_[i] = 0;
   cold_[i] = 0;
   for (int32_t s : slots) {

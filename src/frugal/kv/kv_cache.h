@@ -2,19 +2,27 @@
 // policy can keep a different set of tokens in every head. Keys are stored after RoPE. Eviction
 // compacts a head's rows in place (keep_tokens) and positions keep counting afterwards.
 //
-// Storage is reserved once, for `capacity` tokens per head, so the bytes a generation holds follow
-// the capacity the evictor asks for (budget + buffer), never the trace length.
+// Unquantized caches (F16/F32) live in pages of one shared pool (kv/page_pool.h): a page holds
+// `page_tokens` rows of one (layer, KV head), and every sequence has a token table
+// (kv/token_table.h) listing the pages of each of its heads. A head takes pages as it grows and
+// gives them back when eviction thins it or the sequence ends, so the pool's pages, not a slot per
+// sequence, are what a memory budget buys: sequences of very different lengths (or budgets) share
+// it. "No free page" is a value (reserve() returns kOverBudget and changes nothing), which the
+// engine answers by waiting, evicting or preempting. The storage of the whole pool is reserved at
+// once with pages kept out of resident memory until first written (ZeroedAllocator).
 //
-// Quantized caches (KvCacheOptions::quant, KIVI layout from kv_quant.h): slots [0, cold) of a head
+// Quantized caches (KvCacheOptions::quant, KIVI layout from kv_quant.h) are one sequence's own
+// contiguous reservation of `capacity` tokens per head: slots [0, cold) of a head
 // hold codes (keys in groups of kKvGroup slots, group g = slots [g * kKvGroup, (g + 1) * kKvGroup));
 // the newest slots [cold, size) stay FP16 in a residual area until a whole key group can be
 // quantized. `hyquant` keeps 2 * kKvGroup - 1 .. kKvGroup residual tokens (a recent window) and an
 // FP16 copy of the tokens with the largest mean attention logit ("vertical lines", a fixed share
-// of the head), chosen when their group is quantized (flush()). keys()/values() are only for
+// of the head), chosen when their group is quantized (flush()). head_pages()/key_row() are only for
 // unquantized caches; read_rows() works for every layout.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "frugal/core/dtype.h"
@@ -24,12 +32,18 @@
 
 namespace frugal {
 
+using PageId = int32_t;  // as kv/page_pool.h (this header stays C++17 for the CUDA sources)
+
 struct KvCacheOptions {
   int n_layer = 0;
   int n_head_kv = 0;
   int head_dim = 0;
   int n_seq = 1;        // sequences that can be live at once (slot ids 0..n_seq-1)
-  int capacity = 0;     // tokens per (layer, sequence, head)
+  int capacity = 0;     // most tokens per (layer, sequence, head)
+  // Unquantized caches: rows of one (layer, KV head) per page, and pages in the pool (0: enough for
+  // every sequence to reach `capacity` in every head, the reservation of a cache without a pool).
+  int32_t page_tokens = 32;
+  int64_t n_pages = 0;
   DType dtype = DType::kF16;  // kF16 (as llama.cpp) or kF32; unused when quantized
   KvQuant quant = KvQuant::kNone;
   int residual = 0;           // FP16 rows per head for not yet quantized tokens; 0: 2 * kKvGroup
@@ -37,8 +51,13 @@ struct KvCacheOptions {
   float hot_ratio = 0.05f;    // hyquant: share of a head's quantized tokens kept in FP16
 };
 
-// Bytes create() reserves for these options (K and V with their scales, residual and hot rows).
+// Bytes create() reserves for these options (K and V with their scales, residual and hot rows; for
+// an unquantized cache, its pool of pages).
 uint64_t kv_reserved_bytes(const KvCacheOptions& o);
+// Pages of the pool (unquantized caches): n_pages, or what `capacity` needs in every head.
+int64_t kv_pool_pages(const KvCacheOptions& o);
+// Bytes of one page: page_tokens rows of K and of V.
+uint64_t kv_page_bytes(const KvCacheOptions& o);
 // Largest capacity (tokens per head) whose reservation fits in `bytes` for this shape and
 // quantization (`o.capacity` is ignored); kOverBudget names the bytes per token when not even
 // `min_tokens` fit. The one conversion from a memory budget to tokens (run, eval and serve).
@@ -47,28 +66,56 @@ Result<int32_t> kv_tokens_for_memory(const KvCacheOptions& o, uint64_t bytes, in
 class KvCache {
  public:
   static Result<KvCache> create(const KvCacheOptions& opts);
+  KvCache();
+  ~KvCache();
+  KvCache(KvCache&&) noexcept;
+  KvCache& operator=(KvCache&&) noexcept;
 
   const KvCacheOptions& options() const { return opts_; }
   // Bytes of K and V storage reserved (what the cache really costs).
   uint64_t reserved_bytes() const;
   // Bytes of K and V rows holding live tokens.
   uint64_t used_bytes() const;
+  // Bytes of the pages sequences hold (unquantized; the reservation when quantized).
+  uint64_t held_bytes() const;
 
   // Tokens held by one head.
-  int32_t size(int layer, int seq, int head) const { return len_[index(layer, seq, head)]; }
+  int32_t size(int layer, int seq, int head) const;
   // Positions of those tokens, in time order.
-  const int32_t* positions(int layer, int seq, int head) const {
-    return pos_.data() + static_cast<size_t>(index(layer, seq, head)) * opts_.capacity;
-  }
+  const int32_t* positions(int layer, int seq, int head) const;
   bool quantized() const { return opts_.quant != KvQuant::kNone; }
-  // Rows [size][head_dim] in options().dtype (unquantized caches only; nullptr otherwise).
-  const void* keys(int layer, int seq, int head) const {
-    return quantized() ? nullptr : k_.data() + row_offset(layer, seq, head);
-  }
-  const void* values(int layer, int seq, int head) const {
-    return quantized() ? nullptr : v_.data() + row_offset(layer, seq, head);
-  }
   size_t row_bytes() const { return row_bytes_; }
+
+  // Where an unquantized head's rows are: slot s at k + (pages[s / page_tokens] * page_tokens +
+  // s % page_tokens) * row_bytes (v likewise), in options().dtype.
+  struct HeadPages {
+    const uint8_t* k = nullptr;
+    const uint8_t* v = nullptr;
+    const PageId* pages = nullptr;
+    int32_t page_tokens = 0;
+    size_t row_bytes = 0;
+    int32_t size = 0;
+    size_t row_offset(int32_t slot) const {
+      return (static_cast<size_t>(pages[slot / page_tokens]) * page_tokens + slot % page_tokens) * row_bytes;
+    }
+  };
+  HeadPages head_pages(int layer, int seq, int head) const;
+  // One row (unquantized caches only; nullptr otherwise or out of range).
+  const void* key_row(int layer, int seq, int head, int32_t slot) const;
+  const void* value_row(int layer, int seq, int head, int32_t slot) const;
+
+  // The pool (unquantized caches; quantized ones report 0 pages).
+  int64_t total_pages() const;
+  int64_t free_pages() const;
+  uint64_t page_bytes() const { return kv_page_bytes(opts_); }
+  // Pages reserve(seq, n) would take now.
+  int64_t pages_needed(int seq, int32_t n) const;
+  // Pages `seq` holds (a page shared with another sequence counts for both).
+  int64_t pages_held(int seq) const;
+  // Room for `n` more tokens in every head of `seq`: pages from the pool, or kOverBudget (nothing
+  // changed) when the pool has too few free pages or a head would pass `capacity`. append() takes
+  // room itself when none was reserved; reserving first makes a step all-or-nothing.
+  Status reserve(int seq, int32_t n);
   // Every row of one head as floats, [size][head_dim] each (either pointer may be null): FP16/F32
   // rows converted, quantized rows dequantized (FP16 copies where kept). Thread-safe.
   void read_rows(int layer, int seq, int head, float* k, float* v) const;
@@ -109,25 +156,26 @@ class KvCache {
   // Drops tokens with position >= pos in every layer and head of `seq` (rollback).
   void truncate(int seq, int32_t pos);
   void clear(int seq) { truncate(seq, 0); }
+  // Drops every token of `seq` and gives its pages back to the pool.
+  void release(int seq);
   // Keeps only the given slots (ascending indices into the head's rows) and compacts them to the
-  // front; used by eviction policies.
-  void keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots);
+  // front, giving pages no longer needed back to the pool; used by eviction policies. kOverBudget
+  // only when rows must move into a page shared with another sequence and no page is free.
+  Status keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots);
 
   // One float per token kept beside its row and compacted with it (H2O's accumulated attention).
   // Allocated on first call; a token starts at 0 when appended.
   void enable_token_stats();
   bool has_token_stats() const { return !stats_.empty(); }
-  float* token_stats(int layer, int seq, int head) {
-    return stats_.data() + static_cast<size_t>(index(layer, seq, head)) * opts_.capacity;
-  }
+  float* token_stats(int layer, int seq, int head) { return stats_[static_cast<size_t>(index(layer, seq, head))].data(); }
 
  private:
   int index(int layer, int seq, int head) const {
     return (layer * opts_.n_seq + seq) * opts_.n_head_kv + head;
   }
-  size_t row_offset(int layer, int seq, int head) const {
-    return static_cast<size_t>(index(layer, seq, head)) * opts_.capacity * row_bytes_;
-  }
+  // The pool and the sequences' token tables over it (kv_cache.cc).
+  struct Paged;
+  void apply_copies();
   void q_append(int idx, const float* k, const float* v);
   void q_flush_group(int idx, const float* qmean);
   void q_keep(int idx, const std::vector<int32_t>& slots);
@@ -147,11 +195,12 @@ class KvCache {
   std::vector<float> hot_score_;     // [head][hot_cap]
   std::vector<int32_t> hot_n_;       // [head]
   std::vector<int32_t> cold_;        // [head]: slots [0, cold) are quantized (a multiple of kKvGroup)
-  std::vector<uint8_t, ZeroedAllocator<uint8_t>> k_;  // [layer][seq][head][capacity][head_dim]
+  std::vector<uint8_t, ZeroedAllocator<uint8_t>> k_;  // unquantized: [page][page_tokens][head_dim]
   std::vector<uint8_t, ZeroedAllocator<uint8_t>> v_;  // same
-  std::vector<int32_t> pos_;     // [layer][seq][head][capacity]
-  std::vector<int32_t> len_;     // [layer][seq][head]
-  std::vector<float> stats_;     // [layer][seq][head][capacity] or empty
+  std::unique_ptr<Paged> paged_;  // unquantized
+  std::vector<int32_t> pos_;     // quantized: [layer][seq][head][capacity]
+  std::vector<int32_t> len_;     // quantized: [layer][seq][head]
+  std::vector<std::vector<float>> stats_;  // [layer][seq][head][size] or empty
 };
 
 }  // namespace frugal

@@ -202,7 +202,7 @@ void Model::layer_forward(int il, const LayerStep& step) {
   be.rope(w.q.data(), n, c.n_head, c.head_dim, batch.pos.data(), c.rope);
   be.rope(w.k.data(), n, c.n_head_kv, c.head_dim, batch.pos.data(), c.rope);
   for (int64_t t = 0; t < n; ++t) {
-    // Capacity was checked for the whole batch before the first layer ran.
+    // Capacity was checked and room reserved for the whole batch before the first layer ran.
     (void)kv.append(il, batch.seq[static_cast<size_t>(t)], batch.pos[static_cast<size_t>(t)],
                     w.k.data() + t * kv_dim, w.v.data() + t * kv_dim);
   }
@@ -243,6 +243,13 @@ Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logit
     if (done) return ok_status();
   }
   const int64_t n = batch.size();
+  // Pages for every token of the step before any layer runs, so a full pool fails the step as a
+  // whole (the engine reserves first and preempts; this covers other callers).
+  {
+    std::map<int32_t, int32_t> added;  // seq -> tokens of this step
+    for (int64_t t = 0; t < n; ++t) ++added[batch.seq[static_cast<size_t>(t)]];
+    for (const auto& [s, k] : added) FRUGAL_RETURN_IF_ERROR(kv.reserve(s, k));
+  }
   ensure_workspace(n);
   Workspace& w = *ws_;
   const ModelConfig& c = config_;

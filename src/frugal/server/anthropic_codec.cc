@@ -32,6 +32,7 @@ class Anthropic : public GenerationCodec {
     if (!max_tokens) return bad_request("max_tokens: Field required");
     spec.options.max_tokens = static_cast<int32_t>(*max_tokens);
     if (auto e = read_sampling(r, spec, 1.0)) return e;
+    if (auto e = read_kv_options(r, spec)) return e;
     if (auto v = r.strings("stop_sequences", 16)) spec.options.stop = *v;
     if (auto v = r.boolean("stream")) spec.stream = *v;
     if (auto v = r.boolean("ignore_eos")) spec.options.ignore_eos = *v;  // extension (benchmarks, tests)

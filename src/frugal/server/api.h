@@ -108,6 +108,10 @@ struct GenSpec {
   bool stream = false;
   bool include_usage = false;                 // OpenAI stream_options.include_usage
   std::string model;                          // the name the client used
+  // Extension fields of every generation API: this request's KV eviction policy and budget, over
+  // the server's defaults (serve --kv-policy, --kv-budget); empty: the default.
+  std::optional<std::string> kv_policy;
+  std::optional<double> kv_budget;
 };
 
 // The result of one choice once it is done.

@@ -52,6 +52,10 @@ std::string sse(const std::string& event, const json& data);  // "event: NAME\nd
 // The sampling fields every API has under the same names (temperature, top_p, top_k, min_p, seed,
 // presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n).
 std::optional<ApiError> read_sampling(FieldReader& r, GenSpec& spec, double max_temperature);
+// The extension fields kv_policy (a policy name) and kv_budget (tokens per layer and KV head, or a
+// fraction in (0, 1) of prompt + max tokens), at the top level of every API's body. Whether the
+// budget suits the policy and the buffer is the engine's check (a 400 from submit).
+std::optional<ApiError> read_kv_options(FieldReader& r, GenSpec& spec);
 // OpenAI response_format / Ollama format: a schema to constrain output to.
 std::optional<ApiError> read_response_format(const json& rf, GenSpec& spec);
 std::optional<ApiError> read_ollama_format(const json& format, GenSpec& spec);

@@ -1,6 +1,8 @@
+#include <cmath>
 #include <limits>
 
 #include "frugal/engine/json_constraint.h"
+#include "frugal/kv/policies/policy.h"
 #include "frugal/server/codec.h"
 
 namespace frugal::server {
@@ -31,6 +33,25 @@ std::optional<ApiError> read_sampling(FieldReader& r, GenSpec& spec, double max_
   if (auto v = r.integer("repeat_last_n", -1, 1 << 20)) s.repeat_last_n = static_cast<int32_t>(*v);
   if (auto v = r.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
     spec.seed = static_cast<uint64_t>(*v);
+  }
+  if (!r.ok()) return r.err;
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_kv_options(FieldReader& r, GenSpec& spec) {
+  if (auto v = r.string("kv_policy")) {
+    if (!make_kv_policy(*v).ok()) {
+      std::string known;
+      for (const auto& n : kv_policy_names()) known += (known.empty() ? "" : ", ") + n;
+      return bad_request(fmt::format("'kv_policy' '{}' is not one of {}", *v, known), "kv_policy");
+    }
+    spec.kv_policy = *v;
+  }
+  if (auto v = r.number("kv_budget", 0.0, static_cast<double>(std::numeric_limits<int32_t>::max()))) {
+    if (!(*v > 0) || (*v >= 1 && *v != std::floor(*v))) {
+      return bad_request("'kv_budget' must be a token count (>= 1) or a fraction in (0, 1)", "kv_budget");
+    }
+    spec.kv_budget = *v;
   }
   if (!r.ok()) return r.err;
   return std::nullopt;

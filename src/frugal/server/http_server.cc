@@ -176,6 +176,12 @@ struct HttpServer::Impl {
         o.sampling.seed = g.spec.seed ? *g.spec.seed + idx : fresh_seed();
         o.api = api_name(g.codec->api());
         o.request_id = total > 1 ? fmt::format("{}/{}", request_id, idx) : request_id;
+        if (g.spec.kv_policy || g.spec.kv_budget) {
+          KvPolicyOptions kv = engine.default_kv();
+          if (g.spec.kv_policy) kv.policy = *g.spec.kv_policy;
+          if (g.spec.kv_budget) kv.budget = *g.spec.kv_budget;
+          o.kv = kv;
+        }
         auto h = engine.submit(std::move(o));
         if (!h.ok()) {
           g.cancel();

@@ -86,6 +86,9 @@ void Metrics::observe(const FinishedRequest& f) {
   if (f.reason == FinishReason::kError) ++refused_;
   ++finished_[vllm_reason(f.reason)];
   if (f.reason == FinishReason::kError) return;  // never ran: no latencies to record
+  kv_rounds_ += static_cast<uint64_t>(f.kv.rounds);
+  kv_round_s_ += f.kv.round_ms / 1e3;
+  ++kv_policies_[f.kv_policy + "/" + kv_quant_name(f.kv_quant)];
   const RequestTimings& t = f.timings;
   if (f.generated_tokens > 0) ttft_.observe(t.ttft_ms / 1e3);
   if (f.generated_tokens > 1) {
@@ -98,6 +101,70 @@ void Metrics::observe(const FinishedRequest& f) {
   decode_.observe(t.decode_ms / 1e3);
   prompt_tokens_.observe(static_cast<double>(f.prompt_tokens));
   gen_tokens_.observe(static_cast<double>(f.generated_tokens));
+  const telemetry::PhaseRecord* recs[2] = {&t.prefill, &t.decode};
+  const int64_t tokens[2] = {t.prefill_tokens, t.decode_tokens};
+  for (int i = 0; i < 2; ++i) {
+    const telemetry::PhaseRecord& r = *recs[i];
+    PhaseSums& p = phases_[static_cast<size_t>(i)];
+    if (r.energy.reliable()) {
+      p.joules[telemetry::energy_source_name(r.energy.source)] += r.energy.joules;
+    } else {
+      ++p.unmeasured[r.energy.source == telemetry::EnergySource::kUnavailable
+                         ? "unavailable"
+                         : telemetry::counter_issue_name(r.energy.issue)];
+    }
+    if (t.cost != nullptr) {
+      p.estimate_joules += telemetry::estimate_joules(r.work, *t.cost);
+      estimate_model_ = t.cost->name;
+    }
+    p.weight_bytes += r.work.weight_bytes;
+    p.kv_bytes += r.work.kv_bytes;
+    p.flops += r.work.flops;
+    p.tokens += static_cast<uint64_t>(std::max<int64_t>(tokens[i], 0));
+  }
+}
+
+// The per-request record's phase fields summed (engine/timings_json.h): measured energy by source,
+// phases with no measurement by reason, the estimate beside them under its own name, and the work.
+void Metrics::render_phases(std::string& out, const std::string& l) const {
+  static const char* kPhase[2] = {"prefill", "decode"};
+  const auto family = [&](const char* name, const char* help, const char* type) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  family("frugal:energy_joules_total",
+         "Measured energy of finished requests' phases (hardware counters: nvml or rapl), by phase and source.",
+         "counter");
+  for (int i = 0; i < 2; ++i) {
+    for (const auto& [source, j] : phases_[static_cast<size_t>(i)].joules) {
+      out += fmt::format("frugal:energy_joules_total{{{},phase=\"{}\",source=\"{}\"}} {}\n", l, kPhase[i], source, j);
+    }
+  }
+  family("frugal:energy_unmeasured_phases_total",
+         "Phases of finished requests with no measured energy: no counter (unavailable) or an unreliable interval.",
+         "counter");
+  for (int i = 0; i < 2; ++i) {
+    for (const auto& [reason, n] : phases_[static_cast<size_t>(i)].unmeasured) {
+      out += fmt::format("frugal:energy_unmeasured_phases_total{{{},phase=\"{}\",reason=\"{}\"}} {}\n", l, kPhase[i],
+                         reason, n);
+    }
+  }
+  const auto per_phase = [&](const char* name, const char* help, auto get) {
+    family(name, help, "counter");
+    for (int i = 0; i < 2; ++i) {
+      out += fmt::format("{}{{{},phase=\"{}\"}} {}\n", name, l, kPhase[i], get(phases_[static_cast<size_t>(i)]));
+    }
+  };
+  per_phase("frugal:energy_estimate_joules_total",
+            "ESTIMATED energy (bytes x pJ/byte + FLOPs x pJ/FLOP), not a measurement; see docs/energy.md.",
+            [](const PhaseSums& p) { return p.estimate_joules; });
+  per_phase("frugal:weight_bytes_read_total", "Weight bytes read by finished requests' phases (their share of each pass).",
+            [](const PhaseSums& p) { return p.weight_bytes; });
+  per_phase("frugal:kv_bytes_read_total", "K and V bytes read by attention in finished requests' phases.",
+            [](const PhaseSums& p) { return p.kv_bytes; });
+  per_phase("frugal:flops_total", "Matrix and attention FLOPs of finished requests' phases.",
+            [](const PhaseSums& p) { return p.flops; });
+  per_phase("frugal:phase_tokens_total", "Tokens of finished requests' phases (prompt tokens run; decode steps).",
+            [](const PhaseSums& p) { return p.tokens; });
 }
 
 void Metrics::count_http(int status) {
@@ -111,7 +178,12 @@ std::string Metrics::render(const EngineStats& s) const {
   out.reserve(16384);
   gauge(out, "vllm:num_requests_running", "Number of requests in model execution batches.", l, s.running);
   gauge(out, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", l, s.waiting);
-  const double usage = s.kv_rows_total > 0 ? static_cast<double>(s.kv_rows_running) / s.kv_rows_total : 0.0;
+  // With a page pool: the pages running sequences hold (cached prefixes can be dropped at any time,
+  // so they count as free, as vLLM counts its cached blocks); a device cache: rows running.
+  const double usage = s.kv_pages_total > 0
+                           ? static_cast<double>(s.kv_pages_running) / static_cast<double>(s.kv_pages_total)
+                       : s.kv_rows_total > 0 ? static_cast<double>(s.kv_rows_running) / s.kv_rows_total
+                                             : 0.0;
   gauge(out, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l, usage);
   counter(out, "vllm:prompt_tokens_total", "Number of prefill tokens processed.", l, s.prompt_tokens);
   counter(out, "vllm:generation_tokens_total", "Number of generation tokens processed.", l, s.generated_tokens);
@@ -143,7 +215,24 @@ std::string Metrics::render(const EngineStats& s) const {
   gauge(out, "frugal:kv_cache_cached_rows", "KV rows held by all slots, running and cached prefixes.", l,
         static_cast<double>(s.kv_rows_cached));
   gauge(out, "frugal:num_sequence_slots", "Sequences that can run at once.", l, s.n_slots);
+  counter(out, "vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", l, s.preemptions);
+  gauge(out, "frugal:kv_pool_pages", "Pages of the KV page pool (0: the cache is on the device).", l,
+        static_cast<double>(s.kv_pages_total));
+  gauge(out, "frugal:kv_pool_free_pages", "Pages of the KV page pool nobody holds.", l,
+        static_cast<double>(s.kv_pages_free));
   counter(out, "frugal:engine_steps_total", "Forward steps run by the engine loop.", l, s.steps);
+  counter(out, "frugal:kv_eviction_rounds_total", "KV eviction rounds of finished requests.", l, kv_rounds_);
+  out += fmt::format("# HELP frugal:kv_eviction_seconds_total Time spent in those rounds.\n"
+                     "# TYPE frugal:kv_eviction_seconds_total counter\nfrugal:kv_eviction_seconds_total{{{}}} {}\n",
+                     l, kv_round_s_);
+  out += "# HELP frugal:kv_policy_requests_total Finished requests by KV policy and quantization.\n"
+         "# TYPE frugal:kv_policy_requests_total counter\n";
+  for (const auto& [key, n] : kv_policies_) {
+    const size_t slash = key.find('/');
+    out += fmt::format("frugal:kv_policy_requests_total{{{},policy=\"{}\",quant=\"{}\"}} {}\n", l,
+                       key.substr(0, slash), key.substr(slash + 1), n);
+  }
+  render_phases(out, l);
   gauge(out, "process_resident_memory_bytes", "Resident memory size in bytes.", "",
         static_cast<double>(resident_bytes()));
   out += "# HELP frugal:http_responses_total HTTP responses by status code.\n"

@@ -40,12 +40,26 @@ class Metrics {
   std::string render(const EngineStats& s) const;
 
  private:
+  void render_phases(std::string& out, const std::string& labels) const;
   std::string model_;
   mutable std::mutex mu_;
   Histogram ttft_, tpot_, itl_, e2e_, queue_, prefill_, decode_, prompt_tokens_, gen_tokens_;
   std::map<std::string, uint64_t> finished_;  // by vLLM finished_reason
   uint64_t cancelled_ = 0, refused_ = 0;
+  uint64_t kv_rounds_ = 0;     // eviction rounds of finished requests
+  double kv_round_s_ = 0;      // their time
+  std::map<std::string, uint64_t> kv_policies_;  // finished requests by "policy/quant"
   std::map<int, uint64_t> http_;  // by status code
+  // The per-request record's phase fields summed over finished requests, per phase (0 prefill,
+  // 1 decode): measured joules by source, phases not measured by reason, the estimate and work.
+  struct PhaseSums {
+    std::map<std::string, double> joules;          // by source (reliable phases only)
+    std::map<std::string, uint64_t> unmeasured;    // "unavailable" or the counter issue
+    double estimate_joules = 0, weight_bytes = 0, kv_bytes = 0, flops = 0;
+    uint64_t tokens = 0;
+  };
+  std::array<PhaseSums, 2> phases_;
+  std::string estimate_model_;
 };
 
 // Resident memory of this process in bytes (/proc/self/statm), 0 when unknown.

@@ -109,8 +109,8 @@ Status validate(const RandomModelOptions& o) {
   }
   const int64_t hd = o.head_dim != 0 ? o.head_dim : o.n_embd / o.n_head;
   if (hd <= 0 || hd % 2 != 0) return error(ErrorCode::kInvalidArgument, "head_dim {} must be positive and even", hd);
-  if (o.sliding_window < 0 || (o.sliding_window > 0 && o.arch != "mistral")) {
-    return error(ErrorCode::kInvalidArgument, "sliding_window {} is only for arch mistral (and not negative)",
+  if (o.sliding_window < 0 || (o.sliding_window > 0 && o.arch != "mistral" && o.arch != "llama")) {
+    return error(ErrorCode::kInvalidArgument, "sliding_window {} is only for arch llama or mistral (and not negative)",
                  o.sliding_window);
   }
   if (o.vocab.kind != VocabKind::kCopy && o.n_vocab <= 0) {

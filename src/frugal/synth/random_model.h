@@ -62,7 +62,7 @@ struct RandomModelOptions {
   int64_t n_ctx = 2048;   // {arch}.context_length
   double rope_theta = 10000.0;
   double rms_eps = 1e-5;
-  int64_t sliding_window = 0;  // mistral only; 0 = no window key
+  int64_t sliding_window = 0;  // llama or mistral; 0 = no window key
   // Llama-3 rope_freqs.weight (head_dim / 2 factors), from the converter's llama3 formula.
   bool rope_freqs = false;
   double rope_scaling_factor = 8.0;

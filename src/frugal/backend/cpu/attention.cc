@@ -79,8 +79,12 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
         attention_tile(t, static_cast<float*>(j.scratch[thread].data()));
         continue;
       }
-      t.k = j.kv->keys(j.layer, s, it.group);
-      t.v = j.kv->values(j.layer, s, it.group);
+      const KvCache::HeadPages hp = j.kv->head_pages(j.layer, s, it.group);
+      t.k = hp.k;
+      t.v = hp.v;
+      t.pages = hp.pages;
+      t.page_tokens = hp.page_tokens;
+      t.row_bytes = hp.row_bytes;
     }
     // With no keys (or an invalid sequence) the tile writes zeros.
     attention_tile(t, static_cast<float*>(j.scratch[thread].data()));

@@ -472,6 +472,27 @@ void AttentionTileImpl(const AttentionTile& a, float* scratch) {
       a.load_block(a.load_ctx, k0, nk, ts.kf, ts.vf);
       kb = ts.kf;
       vb = ts.vf;
+    } else if (a.pages != nullptr) {
+      // Gathered a page's run at a time into the block (converted from F16 on the way).
+      for (int32_t s = k0; s < k0 + nk;) {
+        const int32_t run = std::min<int32_t>(k0 + nk - s, a.page_tokens - s % a.page_tokens);
+        const size_t src = (static_cast<size_t>(a.pages[s / a.page_tokens]) * a.page_tokens + s % a.page_tokens) *
+                           a.row_bytes;
+        const size_t dst = static_cast<size_t>(s - k0) * dim;
+        const int64_t cnt = static_cast<int64_t>(run) * dim;
+        const auto* kbytes = static_cast<const uint8_t*>(a.k) + src;
+        const auto* vbytes = static_cast<const uint8_t*>(a.v) + src;
+        if (a.f16) {
+          F16ToF32(reinterpret_cast<const uint16_t*>(kbytes), ts.kf + dst, cnt);
+          F16ToF32(reinterpret_cast<const uint16_t*>(vbytes), ts.vf + dst, cnt);
+        } else {
+          std::memcpy(ts.kf + dst, kbytes, static_cast<size_t>(cnt) * sizeof(float));
+          std::memcpy(ts.vf + dst, vbytes, static_cast<size_t>(cnt) * sizeof(float));
+        }
+        s += run;
+      }
+      kb = ts.kf;
+      vb = ts.vf;
     } else if (a.f16) {
       F16ToF32(static_cast<const uint16_t*>(a.k) + off, ts.kf, static_cast<int64_t>(nk) * dim);
       F16ToF32(static_cast<const uint16_t*>(a.v) + off, ts.vf, static_cast<int64_t>(nk) * dim);

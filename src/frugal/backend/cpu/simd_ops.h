@@ -37,6 +37,11 @@ struct AttentionTile {
   const int32_t* qpos = nullptr;  // [n_tokens] positions of the tile's tokens
   const void* k = nullptr;        // [n_keys][head_dim] in F16 or F32
   const void* v = nullptr;
+  // Paged rows (a KvCache page pool): when `pages` is set, key slot s is at byte
+  // (pages[s / page_tokens] * page_tokens + s % page_tokens) * row_bytes of k (v likewise).
+  const int32_t* pages = nullptr;
+  int32_t page_tokens = 0;
+  size_t row_bytes = 0;
   const int32_t* kpos = nullptr;  // [n_keys]
   int32_t n_keys = 0;
   bool f16 = true;

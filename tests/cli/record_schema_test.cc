@@ -1,0 +1,116 @@
+// One per-request record from each writer (run --json, bench --json, eval --out; serve's request
+// log in tests/server/engine_test.cc) validated against docs/record.schema.json.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/run_frugal.h"
+#include "frugal/synth/random_model.h"
+#include "record_schema.h"
+
+namespace frugal {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class RecordSchema : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("frugal_record_" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+    auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
+    ASSERT_TRUE(opts.ok()) << opts.status().to_string();
+    opts->n_layer = 2;
+    opts->weight_type = "F32";
+    model_ = new std::string((*dir_ / "tiny.gguf").string());
+    ASSERT_TRUE(synth::write_random_model(*opts, *model_).ok());
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+    delete model_;
+  }
+  static schema_check::MiniSchema schema() {
+    return schema_check::MiniSchema::load(std::string(FRUGAL_SOURCE_DIR) + "/docs/record.schema.json");
+  }
+  // The checks every record must pass beyond the schema: no estimate in place of a measurement.
+  static void expect_honest(const json& rec) {
+    for (const char* phase : {"prefill", "decode"}) {
+      const json& e = rec["phases"][phase]["energy"];
+      if (e["source"] == "unavailable") {
+        EXPECT_TRUE(e["joules"].is_null()) << rec.dump();
+        EXPECT_FALSE(e["reliable"].get<bool>());
+      }
+      // A phase that ran did work, and the estimate prices it (a pp bench test has no decode).
+      if (rec[std::string(phase) + "_tokens"].get<int64_t>() > 0) {
+        EXPECT_GT(rec["phases"][phase]["estimate"]["joules"].get<double>(), 0) << phase;
+        EXPECT_GT(rec["phases"][phase]["work"]["weight_bytes_read"].get<double>(), 0) << phase;
+      }
+    }
+  }
+  static fs::path* dir_;
+  static std::string* model_;
+};
+fs::path* RecordSchema::dir_ = nullptr;
+std::string* RecordSchema::model_ = nullptr;
+
+TEST_F(RecordSchema, RunJson) {
+  const CmdResult r = run_frugal("run -m " + *model_ + " -p 'a b c' -n 4 --temp 0 --ignore-eos --json -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(schema().validate(j["timings"]), "") << j["timings"].dump(1);
+  expect_honest(j["timings"]);
+  EXPECT_EQ(j["timings"]["decode_tokens"], 3);
+}
+
+TEST_F(RecordSchema, BenchJson) {
+  const CmdResult r = run_frugal("bench -m " + *model_ + " -p 16 -n 4 -r 2 -t 1 --no-roofline --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["tests"].size(), 2u);
+  for (const json& t : j["tests"]) {
+    EXPECT_EQ(schema().validate(t["record"]), "") << t["record"].dump(1);
+    EXPECT_GT(t["estimate"]["joules_per_token"].get<double>(), 0);
+  }
+  // Two repetitions summed: pp16 ran 32 prompt tokens, tg4 8 decode tokens.
+  EXPECT_EQ(j["tests"][0]["record"]["prefill_tokens"], 32);
+  EXPECT_EQ(j["tests"][1]["record"]["decode_tokens"], 8);
+  expect_honest(j["tests"][0]["record"]);
+  expect_honest(j["tests"][1]["record"]);
+}
+
+TEST_F(RecordSchema, EvalOut) {
+  const std::string out = (*dir_ / "eval.json").string();
+  const CmdResult r = run_frugal("eval -m " + *model_ + " --tasks kv_recall --lengths 192 -n 1 --no-ref -q -t 1 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(slurp(out));
+  const json& rec = j[0]["examples"][0]["timings"];
+  EXPECT_EQ(schema().validate(rec), "") << rec.dump(1);
+  expect_honest(rec);
+}
+
+TEST_F(RecordSchema, ValidatorRejectsWhatTheSchemaForbids) {
+  const CmdResult r = run_frugal("run -m " + *model_ + " -p 'a b' -n 2 --temp 0 --json -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json good = json::parse(r.out)["timings"];
+  json bad = good;
+  bad["phases"]["decode"]["energy"]["source"] = "estimate";  // an estimate passed off as a source
+  EXPECT_NE(schema().validate(bad).find("$.phases.decode.energy.source"), std::string::npos);
+  bad = good;
+  bad["phases"]["prefill"].erase("work");
+  EXPECT_NE(schema().validate(bad).find("required property 'work'"), std::string::npos);
+  bad = good;
+  bad["prefill_tokens"] = -1;
+  EXPECT_NE(schema().validate(bad).find("below the minimum"), std::string::npos);
+  bad = good;
+  bad["extra"] = 1;
+  EXPECT_NE(schema().validate(bad).find("'extra' is not in the schema"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace frugal
