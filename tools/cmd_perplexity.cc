@@ -1,35 +1,63 @@
-// frugal perplexity: perplexity of a text file in windows of -c tokens, scoring the second half of
-// each window.
+// frugal perplexity: perplexity of a text file in windows of -c tokens, as llama-perplexity
+// computes it; with --kl-divergence-base FILE it also saves the model's log-probabilities, and
+// with --kl-divergence as well it scores the model against a saved file instead (eval/kl_divergence.h).
 #include <cstdio>
 
 #include "command.h"
 #include "common.h"
 #include "engine_options.h"
 #include "frugal/eval/harness.h"
+#include "frugal/eval/kl_divergence.h"
 
 namespace frugal::cli {
 namespace {
 
-int perplexity_cmd(const std::string& model, const std::string& file, int n_ctx, const EngineFlags& engine) {
+struct PerplexityArgs {
+  std::string model, file, kl_base;
+  int n_ctx = 512;
+  bool kl = false;
+  EngineFlags engine;
+};
+
+int perplexity_cmd(const PerplexityArgs& a) {
+  const std::string& model = a.model;
+  const std::string& file = a.file;
+  const int n_ctx = a.n_ctx;
+  const EngineFlags& engine = a.engine;
   const std::string cmd = "perplexity";
   GenerateOptions engine_opts;
   if (Status st = apply_engine_flags(engine, engine_opts); !st.ok()) return fail(cmd, st.message());
   auto path = resolve_model_path(model);
   if (!path.ok()) return fail(cmd, path.status().message());
-  if (file.empty()) return fail(cmd, "pass the text with -f FILE");
+  if (a.kl && a.kl_base.empty()) return fail(cmd, "--kl-divergence needs --kl-divergence-base FILE (the saved base)");
+  if (file.empty() && !a.kl) return fail(cmd, "pass the text with -f FILE");
+  if (a.kl) {
+    auto lm0 = load_model(*path, true);
+    if (!lm0.ok()) return fail(cmd, lm0.status().message());
+    CpuBackendOptions bo;
+    bo.n_threads = resolve_threads(engine.threads);
+    auto be = make_cpu_backend(bo);
+    const TokenId bos = lm0->tokenizer->add_bos() ? lm0->tokenizer->bos() : -1;
+    auto r = eval::kl_divergence(*lm0->model, *be, a.kl_base, engine_opts.kv_dtype, bos);
+    if (!r.ok()) return fail(cmd, r.status().message());
+    std::printf("%s", eval::kl_report(*r).c_str());
+    return 0;
+  }
   auto text = read_prompt("", file);
   if (!text.ok()) return fail(cmd, text.status().message());
   auto lm = load_model(*path, true);
   if (!lm.ok()) return fail(cmd, lm.status().message());
   TokenizeOptions to;
-  to.add_special = false;
+  to.add_special = true;  // BOS first, as llama-perplexity tokenizes the text
   auto tokens = lm->tokenizer->encode(*text, to);
   if (!tokens.ok()) return fail(cmd, file + ": " + tokens.status().message());
   CpuBackendOptions bo;
   bo.n_threads = resolve_threads(engine.threads);
   auto be = make_cpu_backend(bo);
   const TokenId bos = lm->tokenizer->add_bos() ? lm->tokenizer->bos() : -1;
-  auto res = eval::perplexity(*lm->model, *be, *tokens, n_ctx, engine_opts.kv_dtype, bos);
+  auto res = a.kl_base.empty()
+                 ? eval::perplexity(*lm->model, *be, *tokens, n_ctx, engine_opts.kv_dtype, bos)
+                 : eval::save_kl_base(*lm->model, *be, *tokens, n_ctx, engine_opts.kv_dtype, bos, a.kl_base);
   if (!res.ok()) return fail(cmd, res.status().message());
   std::printf("perplexity %.4f ± %.4f over %lld tokens (%lld windows of %d)\n", res->ppl, res->ppl_stderr,
               static_cast<long long>(res->scored_tokens), static_cast<long long>(res->windows), n_ctx);
@@ -37,17 +65,15 @@ int perplexity_cmd(const std::string& model, const std::string& file, int n_ctx,
 }
 
 RunFn setup(CLI::App& app) {
-  struct Args {
-    std::string model, file;
-    int n_ctx = 512;
-    EngineFlags engine;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<PerplexityArgs>();
   app.add_option("-m,--model", a->model, "GGUF model file (default: the shipped default model)");
   app.add_option("-f,--file", a->file, "text file");
   app.add_option("-c,--ctx-size", a->n_ctx, "window size in tokens")->capture_default_str();
+  app.add_option("--kl-divergence-base", a->kl_base,
+                 "save the log-probabilities to FILE (llama-perplexity's format); with --kl-divergence, read them");
+  app.add_flag("--kl-divergence", a->kl, "score the model against --kl-divergence-base FILE: KLD, Δp, same top");
   add_engine_flags(app, a->engine, {}, {"--threads", "--kv-type"});
-  return [a]() { return perplexity_cmd(a->model, a->file, a->n_ctx, a->engine); };
+  return [a]() { return perplexity_cmd(*a); };
 }
 
 }  // namespace

@@ -187,8 +187,11 @@ Result<PerplexityResult> perplexity(Model& model, Backend& backend, const std::v
                  tokens.size(), n_ctx);
   }
   const size_t nv = static_cast<size_t>(model.config().n_vocab);
+  // llama-perplexity's method: window w holds tokens [w*n_ctx, (w+1)*n_ctx) of the stream (which
+  // starts with BOS when the model adds one), its first token replaced by BOS; the logits of
+  // positions first..n_ctx-2 score the tokens that follow them, so n_ctx - 1 - first per window.
   const int32_t first = n_ctx / 2;
-  std::vector<float> logits(static_cast<size_t>(n_ctx - first) * nv);
+  std::vector<float> logits(static_cast<size_t>(n_ctx - 1 - first) * nv);
   std::vector<double> lp;
   double sum = 0, sum2 = 0;
   PerplexityResult res;
@@ -196,14 +199,13 @@ Result<PerplexityResult> perplexity(Model& model, Backend& backend, const std::v
     FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(model.kv_options(1, n_ctx, kv_dtype)));
     Batch b;
     for (int32_t j = 0; j < n_ctx; ++j) {
-      // Each window starts with BOS where the model has one, as a document would.
       const TokenId t = (j == 0 && bos >= 0) ? bos : tokens[start + static_cast<size_t>(j)];
-      b.add(t, j, 0, j >= first - 1 && j < n_ctx - 1);
+      b.add(t, j, 0, j >= first && j < n_ctx - 1);
     }
     FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, backend, logits.data()));
-    for (int32_t j = first; j < n_ctx; ++j) {
+    for (int32_t j = first; j < n_ctx - 1; ++j) {
       log_softmax_row(logits.data() + static_cast<size_t>(j - first) * nv, nv, lp);
-      const double nll = -lp[static_cast<size_t>(tokens[start + static_cast<size_t>(j)])];
+      const double nll = -lp[static_cast<size_t>(tokens[start + static_cast<size_t>(j) + 1])];
       sum += nll;
       sum2 += nll * nll;
       ++res.scored_tokens;

@@ -93,8 +93,10 @@ Result<EvalReport> run_eval(Model& model, const Tokenizer& tok, Backend& backend
 Result<std::vector<float>> teacher_forced_logits(Model& model, Backend& backend, const std::vector<TokenId>& tokens,
                                                  size_t n_context, const GenerateOptions& gen);
 
-// Perplexity over a token stream in windows of n_ctx, scoring the second half of each window
-// (the first half is context), as llama.cpp's perplexity tool does.
+// Perplexity over a token stream in windows of n_ctx, as llama-perplexity computes it: each
+// window starts with `bos` (when >= 0) in place of its first token, and the logits of positions
+// n_ctx/2 .. n_ctx-2 score the next token (n_ctx - 1 - n_ctx/2 tokens per window). Pass the
+// stream as the tokenizer encodes the whole text with BOS, as llama-perplexity does.
 struct PerplexityResult {
   double ppl = 0;
   double ppl_stderr = 0;  // of the mean NLL, carried to perplexity

@@ -147,12 +147,22 @@ class GgufWriter {
   void set_i32_array(const std::string& key, const std::vector<int32_t>& v);
   void set_u32_array(const std::string& key, const std::vector<uint32_t>& v);
   void set_value(const std::string& key, const GgufValue& v);  // any type, e.g. copied from a reader
+  // Removes `key` if present. Setting it again afterwards appends it at the end, which is how
+  // llama.cpp's writer orders a key it overrides (quantizers rely on the same order).
+  void remove(const std::string& key);
 
   // dims in ggml order; bytes must be exactly row_bytes(type, dims[0]) * prod(dims[1..]).
   Status add_tensor(const std::string& name, DType type, const std::vector<int64_t>& dims,
                     const void* data, size_t nbytes);
+  // Declares a tensor whose bytes the caller streams itself after header() (a quantizer that
+  // never holds the whole output in memory). A writer with such tensors cannot write().
+  Status add_tensor_info(const std::string& name, DType type, const std::vector<int64_t>& dims);
   // Writes to a temporary file beside `path` and renames it into place: never a half file.
   Status write(const std::string& path) const;
+  // The file's bytes up to the tensor data (header, metadata, tensor table, padding). Tensor k's
+  // data then starts at header().size() + offset k, each padded to the alignment.
+  Result<std::vector<uint8_t>> header() const;
+  uint64_t alignment() const;
 
  private:
   struct PendingTensor {
@@ -160,7 +170,10 @@ class GgufWriter {
     DType type;
     std::vector<int64_t> dims;
     std::vector<uint8_t> bytes;
+    uint64_t nbytes = 0;
+    bool deferred = false;  // bytes streamed by the caller (add_tensor_info)
   };
+  Status check_tensor(const std::string& name, DType type, const std::vector<int64_t>& dims, uint64_t* nbytes) const;
   uint32_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<PendingTensor> tensors_;

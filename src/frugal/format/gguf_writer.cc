@@ -197,8 +197,17 @@ void GgufWriter::set_value(const std::string& key, const GgufValue& v) {
   kv_.emplace_back(key, v);
 }
 
-Status GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& dims,
-                              const void* data, size_t nbytes) {
+void GgufWriter::remove(const std::string& key) {
+  for (auto it = kv_.begin(); it != kv_.end(); ++it) {
+    if (it->first == key) {
+      kv_.erase(it);
+      return;
+    }
+  }
+}
+
+Status GgufWriter::check_tensor(const std::string& name, DType type, const std::vector<int64_t>& dims,
+                                uint64_t* nbytes) const {
   auto bad = [&](std::string_view msg) {
     return error(ErrorCode::kInvalidArgument, "GGUF tensor {}: {}", quote(name), msg);
   };
@@ -218,26 +227,49 @@ Status GgufWriter::add_tensor(const std::string& name, DType type, const std::ve
   if (dims[0] % layout.block_size != 0) {
     return bad(fmt::format("dims[0] = {} is not a multiple of the {} block size {}", dims[0], layout.name, layout.block_size));
   }
-  const auto expected = static_cast<uint64_t>(row_bytes(type, dims[0]) * (n / dims[0]));
-  if (nbytes != expected) return bad(fmt::format("{} bytes given, {} expected", nbytes, expected));
-  if (nbytes > 0 && data == nullptr) return bad("null data");
-  const auto* p = static_cast<const uint8_t*>(data);
-  tensors_.push_back(PendingTensor{name, type, dims, std::vector<uint8_t>(p, p + nbytes)});
+  *nbytes = static_cast<uint64_t>(row_bytes(type, dims[0]) * (n / dims[0]));
   return ok_status();
 }
 
-Status GgufWriter::write(const std::string& path) const {
-  uint64_t alignment = gguf_internal::kDefaultAlignment;
+Status GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& dims,
+                              const void* data, size_t nbytes) {
+  uint64_t expected = 0;
+  FRUGAL_RETURN_IF_ERROR(check_tensor(name, type, dims, &expected));
+  if (nbytes != expected) {
+    return error(ErrorCode::kInvalidArgument, "GGUF tensor {}: {} bytes given, {} expected", quote(name), nbytes, expected);
+  }
+  if (nbytes > 0 && data == nullptr) return error(ErrorCode::kInvalidArgument, "GGUF tensor {}: null data", quote(name));
+  const auto* p = static_cast<const uint8_t*>(data);
+  tensors_.push_back(PendingTensor{name, type, dims, std::vector<uint8_t>(p, p + nbytes), nbytes, false});
+  return ok_status();
+}
+
+Status GgufWriter::add_tensor_info(const std::string& name, DType type, const std::vector<int64_t>& dims) {
+  uint64_t nbytes = 0;
+  FRUGAL_RETURN_IF_ERROR(check_tensor(name, type, dims, &nbytes));
+  tensors_.push_back(PendingTensor{name, type, dims, {}, nbytes, true});
+  return ok_status();
+}
+
+uint64_t GgufWriter::alignment() const {
+  for (const auto& [key, v] : kv_) {
+    if (key == "general.alignment" && v.type == GgufType::kU32 && v.i > 0 && (v.i & (v.i - 1)) == 0) {
+      return static_cast<uint64_t>(v.i);
+    }
+  }
+  return gguf_internal::kDefaultAlignment;
+}
+
+Result<std::vector<uint8_t>> GgufWriter::header() const {
   for (const auto& [key, v] : kv_) {
     FRUGAL_RETURN_IF_ERROR(check_value(key, v));
     if (key == "general.alignment") {
       if (v.type != GgufType::kU32 || v.i == 0 || (v.i & (v.i - 1)) != 0) {
         return error(ErrorCode::kInvalidArgument, "GGUF key 'general.alignment' must be a u32 power of two");
       }
-      alignment = static_cast<uint64_t>(v.i);
     }
   }
-
+  const uint64_t alignment = this->alignment();
   ByteSink head;
   head.put(gguf_internal::kMagic);
   head.put(kWriteVersion);
@@ -254,9 +286,21 @@ Status GgufWriter::write(const std::string& path) const {
     for (int64_t d : t.dims) head.put(static_cast<uint64_t>(d));
     head.put(static_cast<uint32_t>(t.type));
     head.put(offset);
-    offset = gguf_internal::align_up(offset + t.bytes.size(), alignment);
+    offset = gguf_internal::align_up(offset + t.nbytes, alignment);
   }
   head.pad_to(alignment);
+  return std::move(head.bytes());
+}
+
+Status GgufWriter::write(const std::string& path) const {
+  for (const auto& t : tensors_) {
+    if (t.deferred) {
+      return error(ErrorCode::kInvalidArgument, "GGUF tensor {}: declared without bytes; stream it after header()",
+                   quote(t.name));
+    }
+  }
+  FRUGAL_ASSIGN_OR_RETURN(std::vector<uint8_t> head, header());
+  const uint64_t alignment = this->alignment();
 
   std::string tmp = path + ".tmp-XXXXXX";
   const int fd = mkstemp(tmp.data());
@@ -267,7 +311,7 @@ Status GgufWriter::write(const std::string& path) const {
     return st;
   };
   fchmod(fd, 0644);
-  Status st = write_all(fd, head.bytes().data(), head.bytes().size(), tmp);
+  Status st = write_all(fd, head.data(), head.size(), tmp);
   const std::vector<uint8_t> zeros(alignment, 0);
   for (size_t k = 0; st.ok() && k < tensors_.size(); ++k) {
     const auto& b = tensors_[k].bytes;

@@ -1,5 +1,6 @@
 #include "frugal/quant/kquant_search.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "frugal/quant/ref_util.h"
@@ -30,7 +31,7 @@ void symmetric_candidate(int n, int nmax, const float* x, const float* w, float 
 float search_symmetric_scale(int n, int nmax, const float* x, const float* w, int8_t* L) {
   const float max = signed_absmax(x, n);
   if (std::fabs(max) < kEps) {
-    for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(nmax);
+    for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
   }
   int8_t trial[256];
@@ -54,7 +55,7 @@ float search_symmetric_scale(int n, int nmax, const float* x, const float* w, in
 float search_symmetric_scale_iterative(int n, int nmax, const float* x, int8_t* L) {
   const float max = signed_absmax(x, n);
   if (std::fabs(max) < kEps) {
-    for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(nmax);
+    for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
   }
   const float iscale = -nmax / max;
@@ -73,7 +74,7 @@ float search_symmetric_scale_iterative(int n, int nmax, const float* x, int8_t* 
       const float wi = x[i] * x[i];
       // Fit without element i, then the code for i that suits that scale best.
       float slx = sumlx - wi * x[i] * l[i];
-      if (slx <= 0.f) continue;
+      if (!(slx > 0.f)) continue;
       float sl2 = suml2 - wi * l[i] * l[i];
       const int nl = clamp_int(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
       if (nl == l[i]) continue;
@@ -89,7 +90,7 @@ float search_symmetric_scale_iterative(int n, int nmax, const float* x, int8_t* 
     if (changed == 0) break;
   }
   for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(l[i] + nmax);
-  return suml2 > 0.f ? sumlx / suml2 : 0.f;
+  return sumlx / suml2;
 }
 
 float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* min_out,
@@ -98,11 +99,12 @@ float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t*
   float max = x[0];
   float sum_w = 0.f;
   float sum_x = 0.f;
+  auto weight = [&](int i) { return w ? w[i] : x[i] * x[i]; };
   for (int i = 0; i < n; ++i) {
     min = std::fmin(min, x[i]);
     max = std::fmax(max, x[i]);
-    sum_w += w[i];
-    sum_x += w[i] * x[i];
+    sum_w += weight(i);
+    sum_x += weight(i) * x[i];
   }
   if (min > 0.f) min = 0.f;
   if (max == min) {
@@ -114,7 +116,7 @@ float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t*
     float err = 0.f;
     for (int i = 0; i < n; ++i) {
       const float diff = scale * codes[i] + mn - x[i];
-      err += w[i] * (p.use_mad ? std::fabs(diff) : diff * diff);
+      err += weight(i) * (p.use_mad ? std::fabs(diff) : diff * diff);
     }
     return err;
   };
@@ -133,9 +135,9 @@ float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t*
     for (int i = 0; i < n; ++i) {
       const int l = clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
       trial[i] = static_cast<uint8_t>(l);
-      sum_l += w[i] * l;
-      sum_l2 += w[i] * l * l;
-      sum_xl += w[i] * l * x[i];
+      sum_l += weight(i) * l;
+      sum_l2 += weight(i) * l * l;
+      sum_xl += weight(i) * l * x[i];
     }
     // Weighted LS for x ~ a*l + b over this candidate's codes.
     const float det = sum_w * sum_l2 - sum_l * sum_l;
@@ -156,6 +158,68 @@ float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t*
   }
   *min_out = -min;
   return scale;
+}
+
+float search_positive_scale(int n, int nmax, const float* x, const float* w, uint8_t* L) {
+  float max = 0.f;
+  for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
+  if (max == 0.f) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.f;
+  }
+  // The candidate inverse scale with the least weighted squared error at its own 1/iscale
+  // (codes are not clamped for the first one: x <= max maps to at most nmax).
+  float iscale = nmax / max;
+  auto mse = [&](float is, bool clamp) {
+    const float scale = 1.f / is;
+    float err = 0.f;
+    for (int i = 0; i < n; ++i) {
+      int l = nearest_int(is * x[i]);
+      if (clamp) l = std::min(nmax, l);
+      const float diff = x[i] - scale * l;
+      err += w[i] * diff * diff;
+    }
+    return err;
+  };
+  float best = mse(iscale, false);
+  for (int is = -4; is <= 4; ++is) {
+    if (is == 0) continue;
+    const float candidate = (0.1f * is + nmax) / max;
+    const float err = mse(candidate, true);
+    if (err < best) {
+      best = err;
+      iscale = candidate;
+    }
+  }
+  float sumlx = 0.f;
+  float suml2 = 0.f;
+  int l[256];
+  for (int i = 0; i < n; ++i) {
+    l[i] = std::min(nmax, nearest_int(iscale * x[i]));
+    sumlx += w[i] * x[i] * l[i];
+    suml2 += w[i] * l[i] * l[i];
+  }
+  for (int pass = 0; pass < 5; ++pass) {
+    int changed = 0;
+    for (int i = 0; i < n; ++i) {
+      float slx = sumlx - w[i] * x[i] * l[i];
+      float sl2 = suml2 - w[i] * l[i] * l[i];
+      if (!(slx > 0.f && sl2 > 0.f)) continue;
+      const int nl = std::min(nmax, nearest_int(x[i] * sl2 / slx));
+      if (nl == l[i]) continue;
+      slx += w[i] * x[i] * nl;
+      sl2 += w[i] * nl * nl;
+      if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+        l[i] = nl;
+        sumlx = slx;
+        suml2 = sl2;
+        ++changed;
+      }
+    }
+    if (changed == 0) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(l[i]);
+  return sumlx / suml2;
 }
 
 int nearest_table_index(const int8_t* table, int n, float v) {

@@ -19,35 +19,9 @@ void unpack_codes(const BlockQ2_K& b, int* q) {
     q[e] = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
 }
 
-void quantize_block(const float* x, BlockQ2_K* y) {
-  uint8_t L[kQK_K];
-  float weights[16];
-  float scales[16];
-  float mins[16];
-  float max_scale = 0.f;
-  float max_min = 0.f;
-  for (int j = 0; j < 16; ++j) {
-    for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-    scales[j] = search_scale_min(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j],
-                                 ScaleMinSearch{-0.5f, 0.1f, 15, true});
-    max_scale = std::max(max_scale, scales[j]);
-    max_min = std::max(max_min, mins[j]);
-  }
-  std::memset(y->scales, 0, sizeof(y->scales));
-  if (max_scale > 0.f) {
-    const float iscale = 15.f / max_scale;
-    for (int j = 0; j < 16; ++j)
-      y->scales[j] = static_cast<uint8_t>(std::min(15, nearest_int(iscale * scales[j])));
-  }
-  y->d = f32_to_fp16(max_scale / 15.f);
-  if (max_min > 0.f) {
-    const float iscale = 15.f / max_min;
-    for (int j = 0; j < 16; ++j) {
-      y->scales[j] |= static_cast<uint8_t>(std::min(15, nearest_int(iscale * mins[j])) << 4);
-    }
-  }
-  y->dmin = f32_to_fp16(max_min / 15.f);
-  // Codes again, against the scales as stored.
+// Codes against the scales as stored (a sub-block whose scale rounds to zero keeps the codes of
+// its search), then packed four to a byte.
+void store_codes(const float* x, BlockQ2_K* y, uint8_t* L) {
   const float dq = fp16_to_f32(y->d);
   const float dmq = fp16_to_f32(y->dmin);
   for (int j = 0; j < 16; ++j) {
@@ -64,6 +38,67 @@ void quantize_block(const float* x, BlockQ2_K* y) {
       y->qs[32 * h + l] = static_cast<uint8_t>(s[0] | (s[32] << 2) | (s[64] << 4) | (s[96] << 6));
     }
   }
+}
+
+void quantize_block(const float* x, BlockQ2_K* y) {
+  uint8_t L[kQK_K];
+  float weights[16];
+  float scales[16];
+  float mins[16];
+  float max_scale = 0.f;
+  float max_min = 0.f;
+  for (int j = 0; j < 16; ++j) {
+    for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+    scales[j] = search_scale_min(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j],
+                                 ScaleMinSearch{-0.5f, 0.1f, 15, true});
+    if (scales[j] > max_scale) max_scale = scales[j];
+    if (mins[j] > max_min) max_min = mins[j];
+  }
+  std::memset(y->scales, 0, sizeof(y->scales));
+  if (max_scale > 0.f) {
+    const float iscale = 15.f / max_scale;
+    for (int j = 0; j < 16; ++j)
+      y->scales[j] = static_cast<uint8_t>(std::min(15, nearest_int(iscale * scales[j])));
+  }
+  y->d = f32_to_fp16(max_scale / 15.f);
+  if (max_min > 0.f) {
+    const float iscale = 15.f / max_min;
+    for (int j = 0; j < 16; ++j) {
+      y->scales[j] |= static_cast<uint8_t>(std::min(15, nearest_int(iscale * mins[j])) << 4);
+    }
+  }
+  y->dmin = f32_to_fp16(max_min / 15.f);
+  store_codes(x, y, L);
+}
+
+// With importance qw: weights qw*sqrt(sigma2 + x^2), a finer search per sub-block, and the 4-bit
+// sub-scales and sub-mins fitted by a weighted search of their own.
+void quantize_block_weighted(const float* x, const float* qw, BlockQ2_K* y) {
+  uint8_t L[kQK_K];
+  float weights[16];
+  float sw[16];
+  float scales[16];
+  float mins[16];
+  float sum_x2 = 0.f;
+  for (int l = 0; l < kQK_K; ++l) sum_x2 += x[l] * x[l];
+  const float sigma2 = sum_x2 / kQK_K;
+  for (int j = 0; j < 16; ++j) {
+    const float* xb = x + 16 * j;
+    for (int l = 0; l < 16; ++l) weights[l] = qw[16 * j + l] * std::sqrt(sigma2 + xb[l] * xb[l]);
+    float sumw = 0.f;
+    for (int l = 0; l < 16; ++l) sumw += weights[l];
+    sw[j] = sumw;
+    scales[j] = search_scale_min(16, 3, xb, weights, L + 16 * j, &mins[j],
+                                 ScaleMinSearch{-0.9f, 0.05f, 36, false});
+  }
+  uint8_t ls[16];
+  uint8_t lm[16];
+  const float dm = search_positive_scale(16, 15, scales, sw, ls);
+  const float mm = search_positive_scale(16, 15, mins, sw, lm);
+  y->d = f32_to_fp16(dm);
+  y->dmin = f32_to_fp16(mm);
+  for (int j = 0; j < 16; ++j) y->scales[j] = static_cast<uint8_t>(ls[j] | (lm[j] << 4));
+  store_codes(x, y, L);
 }
 
 }  // namespace
@@ -85,6 +120,16 @@ void dequantize_q2_k_ref(const void* src, float* dst, int64_t n) {
 void quantize_q2_k_ref(const float* src, void* dst, int64_t n) {
   BlockQ2_K* b = static_cast<BlockQ2_K*>(dst);
   for (int64_t i = 0; i < n / kQK_K; ++i) quantize_block(src + i * kQK_K, &b[i]);
+}
+
+void quantize_rows_q2_k(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* importance) {
+  BlockQ2_K* b = static_cast<BlockQ2_K*>(dst);
+  if (importance == nullptr) return quantize_q2_k_ref(src, dst, nrows * n_per_row);
+  for (int64_t r = 0; r < nrows; ++r) {
+    for (int64_t i = 0; i < n_per_row / kQK_K; ++i) {
+      quantize_block_weighted(src + r * n_per_row + i * kQK_K, importance + i * kQK_K, b++);
+    }
+  }
 }
 
 void vec_dot_q2_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y) {

@@ -2,10 +2,12 @@
 // signed element of largest magnitude to code 0 (d = max/-8).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "frugal/core/half.h"
 #include "frugal/quant/blocks.h"
 #include "frugal/quant/ref_util.h"
+#include "frugal/quant/kquant_search.h"
 #include "frugal/quant/reference.h"
 
 namespace frugal::quant {
@@ -34,6 +36,27 @@ void quantize_q4_0_ref(const float* src, void* dst, int64_t n) {
       const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
       const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
       b[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+// With an importance matrix: per row, weights qw*sqrt(sigma2 + x^2) (sigma2 the row's mean
+// square) and a weighted scale search per block; the codes are the search's (no second rounding).
+void quantize_rows_q4_0(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* importance) {
+  if (importance == nullptr) return quantize_q4_0_ref(src, dst, nrows * n_per_row);
+  BlockQ4_0* b = static_cast<BlockQ4_0*>(dst);
+  for (int64_t r = 0; r < nrows; ++r) {
+    const float* x = src + r * n_per_row;
+  float sum_x2 = 0.f;
+  for (int64_t j = 0; j < n_per_row; ++j) sum_x2 += x[j] * x[j];
+  const float sigma2 = sum_x2 / n_per_row;
+    for (int64_t i = 0; i < n_per_row / kQK; ++i, ++b) {
+      const float* xb = x + i * kQK;
+      float w[kQK];
+      for (int j = 0; j < kQK; ++j) w[j] = importance[i * kQK + j] * std::sqrt(sigma2 + xb[j] * xb[j]);
+      int8_t L[kQK];
+      b->d = f32_to_fp16(search_symmetric_scale(kQK, 8, xb, w, L));
+      for (int j = 0; j < kQK / 2; ++j) b->qs[j] = static_cast<uint8_t>(L[j] | (L[j + 16] << 4));
     }
   }
 }

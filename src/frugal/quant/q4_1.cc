@@ -1,9 +1,13 @@
 // Q4_1: blocks of 32 4-bit codes with fp16 scale and offset; y = d*q + m, m = block minimum.
 #include <algorithm>
 #include <cfloat>
+#include <cmath>
+#include <cstring>
 
 #include "frugal/core/half.h"
 #include "frugal/quant/blocks.h"
+#include "frugal/quant/kquant_search.h"
+#include "frugal/quant/ref_util.h"
 #include "frugal/quant/reference.h"
 
 namespace frugal::quant {
@@ -40,6 +44,30 @@ void quantize_q4_1_ref(const float* src, void* dst, int64_t n) {
       const int hi =
           std::min(15, static_cast<int>(static_cast<int8_t>((x[j + 16] - min) * id + 0.5f)));
       b[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+// With an importance matrix: per row, weights qw*sqrt(sigma2 + x^2) and a weighted scale-and-min
+// search per block; the codes are the search's.
+void quantize_rows_q4_1(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* importance) {
+  if (importance == nullptr) return quantize_q4_1_ref(src, dst, nrows * n_per_row);
+  BlockQ4_1* b = static_cast<BlockQ4_1*>(dst);
+  for (int64_t r = 0; r < nrows; ++r) {
+    const float* x = src + r * n_per_row;
+  float sum_x2 = 0.f;
+  for (int64_t j = 0; j < n_per_row; ++j) sum_x2 += x[j] * x[j];
+  const float sigma2 = sum_x2 / n_per_row;
+    for (int64_t i = 0; i < n_per_row / kQK; ++i, ++b) {
+      const float* xb = x + i * kQK;
+      float w[kQK];
+      for (int j = 0; j < kQK; ++j) w[j] = importance[i * kQK + j] * std::sqrt(sigma2 + xb[j] * xb[j]);
+      uint8_t L[kQK];
+      float min = 0.f;
+      const float d = search_scale_min(kQK, 15, xb, w, L, &min, ScaleMinSearch{-0.9f, 0.05f, 36, false});
+      b->d = f32_to_fp16(d);
+      b->m = f32_to_fp16(-min);
+      for (int j = 0; j < kQK / 2; ++j) b->qs[j] = static_cast<uint8_t>(L[j] | (L[j + 16] << 4));
     }
   }
 }

@@ -1,11 +1,13 @@
 // Q5_1: Q5_0's codes with an offset; y = d*q + m, m = block minimum, d = (max - min)/31.
 #include <algorithm>
 #include <cfloat>
+#include <cmath>
 #include <cstring>
 
 #include "frugal/core/half.h"
 #include "frugal/quant/blocks.h"
 #include "frugal/quant/ref_util.h"
+#include "frugal/quant/kquant_search.h"
 #include "frugal/quant/reference.h"
 
 namespace frugal::quant {
@@ -44,6 +46,35 @@ void quantize_q5_1_ref(const float* src, void* dst, int64_t n) {
       qh |= static_cast<uint32_t>((hi & 0x10) >> 4) << (j + 16);
     }
     std::memcpy(b[i].qh, &qh, 4);
+  }
+}
+
+// With an importance matrix: as Q4_1's weighted path, 5-bit codes.
+void quantize_rows_q5_1(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* importance) {
+  if (importance == nullptr) return quantize_q5_1_ref(src, dst, nrows * n_per_row);
+  BlockQ5_1* b = static_cast<BlockQ5_1*>(dst);
+  for (int64_t r = 0; r < nrows; ++r) {
+    const float* x = src + r * n_per_row;
+  float sum_x2 = 0.f;
+  for (int64_t j = 0; j < n_per_row; ++j) sum_x2 += x[j] * x[j];
+  const float sigma2 = sum_x2 / n_per_row;
+    for (int64_t i = 0; i < n_per_row / kQK; ++i, ++b) {
+      const float* xb = x + i * kQK;
+      float w[kQK];
+      for (int j = 0; j < kQK; ++j) w[j] = importance[i * kQK + j] * std::sqrt(sigma2 + xb[j] * xb[j]);
+      uint8_t L[kQK];
+      float min = 0.f;
+      const float d = search_scale_min(kQK, 31, xb, w, L, &min, ScaleMinSearch{-0.9f, 0.05f, 36, false});
+      b->d = f32_to_fp16(d);
+      b->m = f32_to_fp16(-min);
+      uint32_t qh = 0;
+      for (int j = 0; j < kQK / 2; ++j) {
+        b->qs[j] = static_cast<uint8_t>((L[j] & 0xF) | ((L[j + 16] & 0xF) << 4));
+        qh |= static_cast<uint32_t>((L[j] >> 4) & 1) << j;
+        qh |= static_cast<uint32_t>((L[j + 16] >> 4) & 1) << (j + 16);
+      }
+      std::memcpy(b->qh, &qh, 4);
+    }
   }
 }
 

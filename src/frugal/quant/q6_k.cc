@@ -26,19 +26,20 @@ void unpack_codes(const BlockQ6_K& b, int* q) {
   }
 }
 
-void quantize_block(const float* x, BlockQ6_K* y) {
+// qw: importance (the raw column weights, unlike the other K-quants) or nullptr (weights x^2).
+void quantize_block(const float* x, const float* qw, BlockQ6_K* y) {
   int8_t L[kQK_K];
   float scales[16];
   float max_scale = 0.f;
   float amax = 0.f;
   for (int j = 0; j < 16; ++j) {
-    scales[j] = search_symmetric_scale(16, 32, x + 16 * j, nullptr, L + 16 * j);
+    scales[j] = search_symmetric_scale(16, 32, x + 16 * j, qw ? qw + 16 * j : nullptr, L + 16 * j);
     if (std::fabs(scales[j]) > amax) {
       amax = std::fabs(scales[j]);
       max_scale = scales[j];
     }
   }
-  if (amax == 0.f) {
+  if (amax < 1e-15f) {
     std::memset(y, 0, sizeof(*y));
     return;
   }
@@ -80,7 +81,16 @@ void dequantize_q6_k_ref(const void* src, float* dst, int64_t n) {
 
 void quantize_q6_k_ref(const float* src, void* dst, int64_t n) {
   BlockQ6_K* b = static_cast<BlockQ6_K*>(dst);
-  for (int64_t i = 0; i < n / kQK_K; ++i) quantize_block(src + i * kQK_K, &b[i]);
+  for (int64_t i = 0; i < n / kQK_K; ++i) quantize_block(src + i * kQK_K, nullptr, &b[i]);
+}
+
+void quantize_rows_q6_k(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* importance) {
+  BlockQ6_K* b = static_cast<BlockQ6_K*>(dst);
+  for (int64_t r = 0; r < nrows; ++r) {
+    for (int64_t i = 0; i < n_per_row / kQK_K; ++i) {
+      quantize_block(src + r * n_per_row + i * kQK_K, importance ? importance + i * kQK_K : nullptr, b++);
+    }
+  }
 }
 
 void vec_dot_q6_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y) {

@@ -1,7 +1,7 @@
 // Scalar reference conversions and dot products, one .cc per format. They are the oracle for
-// the SIMD kernels and define the bytes we write: the 32-element formats and Q8_K quantize
-// exactly as ggml's reference code; the K-quants and IQ4_NL use a weighted least-squares
-// search of the same family (codes may differ from llama-quantize, the layout does not).
+// the SIMD kernels and define the bytes we write: every format quantizes exactly as ggml's code
+// (the reference row quantizers, and for model files the importance-aware searches
+// llama-quantize runs), so `frugal quantize` writes llama-quantize's bytes.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,27 @@ FRUGAL_QUANT_DECLARE_REF(q6_k);
 FRUGAL_QUANT_DECLARE_REF(iq4_nl);
 
 #undef FRUGAL_QUANT_DECLARE_REF
+
+// Rows of a weight matrix quantized as llama-quantize writes them (ggml_quantize_chunk):
+// `importance` holds n_per_row column weights (a row of an importance matrix) or is nullptr.
+// Without it most formats use their reference above; IQ4_NL always runs its weighted search.
+// Formats without an importance-aware search (floats, Q8_0) have none here.
+#define FRUGAL_QUANT_DECLARE_ROWS(name)                                                     \
+  void quantize_rows_##name(const float* src, void* dst, int64_t nrows, int64_t n_per_row, \
+                            const float* importance)
+
+FRUGAL_QUANT_DECLARE_ROWS(q4_0);
+FRUGAL_QUANT_DECLARE_ROWS(q4_1);
+FRUGAL_QUANT_DECLARE_ROWS(q5_0);
+FRUGAL_QUANT_DECLARE_ROWS(q5_1);
+FRUGAL_QUANT_DECLARE_ROWS(q2_k);
+FRUGAL_QUANT_DECLARE_ROWS(q3_k);
+FRUGAL_QUANT_DECLARE_ROWS(q4_k);
+FRUGAL_QUANT_DECLARE_ROWS(q5_k);
+FRUGAL_QUANT_DECLARE_ROWS(q6_k);
+FRUGAL_QUANT_DECLARE_ROWS(iq4_nl);
+
+#undef FRUGAL_QUANT_DECLARE_ROWS
 
 void vec_dot_f32_ref(int64_t n, float* s, const void* x, const void* y);
 void vec_dot_f16_ref(int64_t n, float* s, const void* x, const void* y);

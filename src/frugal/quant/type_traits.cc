@@ -36,6 +36,32 @@ TypeTraits row(DType type, DType vec_dot_type, bool quantized, ToFloatFn to_floa
   return t;
 }
 
+// Types whose model-file bytes ignore an importance matrix: their row reference, row by row.
+template <FromFloatFn kRef>
+void rows_from_reference(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float*) {
+  kRef(src, dst, nrows * n_per_row);
+}
+
+QuantizeRowsFn model_file_quantizer(DType type) {
+  switch (type) {
+    case DType::kF32: return rows_from_reference<quantize_f32_ref>;
+    case DType::kF16: return rows_from_reference<quantize_f16_ref>;
+    case DType::kBF16: return rows_from_reference<quantize_bf16_ref>;
+    case DType::kQ8_0: return rows_from_reference<quantize_q8_0_ref>;
+    case DType::kQ4_0: return quantize_rows_q4_0;
+    case DType::kQ4_1: return quantize_rows_q4_1;
+    case DType::kQ5_0: return quantize_rows_q5_0;
+    case DType::kQ5_1: return quantize_rows_q5_1;
+    case DType::kQ2_K: return quantize_rows_q2_k;
+    case DType::kQ3_K: return quantize_rows_q3_k;
+    case DType::kQ4_K: return quantize_rows_q4_k;
+    case DType::kQ5_K: return quantize_rows_q5_k;
+    case DType::kQ6_K: return quantize_rows_q6_k;
+    case DType::kIQ4_NL: return quantize_rows_iq4_nl;
+    default: return nullptr;
+  }
+}
+
 struct Table {
   std::vector<TypeTraits> rows;
   std::vector<const TypeTraits*> pointers;
@@ -85,6 +111,7 @@ struct Table {
             vec_dot_iq4_nl_q8_0_ref,
             Fast{to_float_iq4_nl, nullptr, vec_dot_iq4_nl, gemm_iq4_nl, br, bc}),
     };
+    for (TypeTraits& t : rows) t.quantize_rows = model_file_quantizer(t.type);
     for (const TypeTraits& t : rows) pointers.push_back(&t);
   }
 };

@@ -18,6 +18,10 @@ namespace frugal {
 
 using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);
 using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
+// Rows of a weight matrix for a model file (see quant/reference.h): importance is nullptr or
+// n_per_row column weights.
+using QuantizeRowsFn = void (*)(const float* src, void* dst, int64_t nrows, int64_t n_per_row,
+                                const float* importance);
 // *s = dot(x[0..n), y[0..n)).
 using VecDotFn = void (*)(int64_t n, float* s, const void* x, const void* y);
 // A tile of a matrix product: for r < nrx, c < nry:
@@ -34,6 +38,9 @@ struct TypeTraits {
   // Scalar reference implementations: plain C++, bit-compatible with ggml's reference code.
   ToFloatFn to_float_ref;
   FromFloatFn from_float_ref;  // reference quantizer (defines bit-exact files); may be slow
+  // How `frugal quantize` writes weights of this type (llama-quantize's bytes, with or without an
+  // importance matrix); nullptr for activation-only types (Q8_1, Q8_K).
+  QuantizeRowsFn quantize_rows = nullptr;
   VecDotFn vec_dot_ref;        // x in `type`, y in `vec_dot_type`
 
   // Fast kernels (SIMD, dispatched at run time to the best target of this CPU).

@@ -1,0 +1,259 @@
+#include "frugal/quantize/model_quantizer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <regex>
+
+#include "frugal/core/half.h"
+#include "frugal/core/thread_pool.h"
+#include "frugal/format/gguf.h"
+#include "frugal/quant/type_traits.h"
+#include "frugal/quantize/atomic_file.h"
+
+namespace frugal::quantize {
+namespace {
+
+constexpr uint32_t kQuantizationVersion = 2;  // ggml's GGML_QNT_VERSION: the block layouts we write
+constexpr size_t kMaxMetaString = 127;        // llama-quantize truncates its imatrix strings here
+constexpr int64_t kMinChunkElements = 32 * 512;  // rows handed to one thread at a time, at least
+
+// What happens to one input tensor.
+struct TensorPlan {
+  const GgufTensorInfo* in = nullptr;
+  DType to = DType::kF32;
+  bool quantize = false;
+  bool fallback = false;
+  const ImatrixEntry* importance = nullptr;
+  uint64_t out_bytes = 0;
+};
+
+struct CompiledRule {
+  std::regex re;
+  DType type;
+};
+
+Result<ModelShape> read_shape(const GgufFile& f) {
+  ModelShape s;
+  FRUGAL_ASSIGN_OR_RETURN(s.arch, f.get_string("general.architecture"));
+  FRUGAL_ASSIGN_OR_RETURN(int64_t n_layer, f.get_int(s.arch + ".block_count"));
+  FRUGAL_ASSIGN_OR_RETURN(int64_t n_head, f.get_int_or(s.arch + ".attention.head_count", 0));
+  FRUGAL_ASSIGN_OR_RETURN(int64_t n_head_kv, f.get_int_or(s.arch + ".attention.head_count_kv", n_head));
+  s.n_layer = static_cast<int>(n_layer);
+  s.n_head = static_cast<int>(n_head);
+  s.n_head_kv = static_cast<int>(n_head_kv);
+  s.has_output = f.find_tensor("output.weight") != nullptr;
+  for (const auto& t : f.tensors()) {
+    if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("attn_qkv.weight") != std::string::npos ||
+        t.name.find("attn_kv_b.weight") != std::string::npos) {
+      ++s.n_attention_wv;
+    }
+  }
+  return s;
+}
+
+int64_t rows_of(const GgufTensorInfo& t) { return t.n_elements() / t.dims[0]; }
+
+// Decides every tensor's fate, or says precisely why the input cannot be quantized as asked.
+Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeOptions& opts, QuantizeReport* report) {
+  FRUGAL_ASSIGN_OR_RETURN(ModelShape shape, read_shape(in));
+  MixOptions mix = opts.mix;
+  mix.has_imatrix = opts.imatrix != nullptr;
+  MixRules rules(opts.target, shape, mix);
+  std::vector<CompiledRule> user_rules;
+  for (const auto& r : opts.tensor_types) {
+    try {
+      user_rules.push_back({std::regex(r.pattern), r.type});
+    } catch (const std::regex_error& e) {
+      return error(ErrorCode::kInvalidArgument, "--tensor-type '{}': not a regular expression: {}", r.pattern, e.what());
+    }
+  }
+  std::vector<const GgufTensorInfo*> order;
+  for (const auto& t : in.tensors()) order.push_back(&t);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return tensor_order_less(a->name, b->name); });
+  std::vector<TensorPlan> plan;
+  for (const GgufTensorInfo* t : order) {
+    TensorPlan p;
+    p.in = t;
+    p.to = t->type;
+    if (is_quantizable(t->name, static_cast<int>(t->dims.size()))) {
+      TypeChoice c = rules.choose(t->name, t->dims[0]);
+      for (const auto& r : user_rules) {
+        if (std::regex_search(t->name, r.re)) {
+          c.type = r.type;
+          break;
+        }
+      }
+      p.to = c.type;
+      p.fallback = c.fallback;
+      p.quantize = p.to != t->type;
+    }
+    if (p.quantize) {
+      const DTypeLayout& lay = dtype_layout(p.to);
+      if (t->dims[0] % lay.block_size != 0) {
+        return error(ErrorCode::kInvalidArgument, "tensor '{}': rows of {} elements cannot be stored as {} (blocks of {})",
+                     t->name, t->dims[0], lay.name, lay.block_size);
+      }
+      const TypeTraits* from = type_traits(t->type);
+      if (from == nullptr || from->to_float_ref == nullptr) {
+        return error(ErrorCode::kNotSupported, "tensor '{}': cannot convert from {}", t->name, dtype_name(t->type));
+      }
+      if (dtype_layout(t->type).block_size > 1 && !opts.allow_requantize) {
+        return error(ErrorCode::kInvalidArgument,
+                     "tensor '{}' is already {}: requantizing loses accuracy twice; pass --allow-requantize to do it anyway",
+                     t->name, dtype_name(t->type));
+      }
+      const TypeTraits* to = type_traits(p.to);
+      if (to == nullptr || to->quantize_rows == nullptr) {
+        return error(ErrorCode::kNotSupported, "tensor '{}': frugal cannot write {}", t->name, dtype_name(p.to));
+      }
+      if (opts.imatrix != nullptr) {
+        auto it = opts.imatrix->entries.find(t->name);
+        if (it == opts.imatrix->entries.end()) {
+          ++report->n_imatrix_missing;
+        } else if (static_cast<int64_t>(it->second.values.size()) != t->dims[0]) {
+          // token_embd is looked up by row, not multiplied: a mismatch there is expected.
+          if (t->name != "token_embd.weight") {
+            return error(ErrorCode::kInvalidArgument, "imatrix entry '{}' has {} values, the tensor has {} columns",
+                         t->name, it->second.values.size(), t->dims[0]);
+          }
+        } else {
+          p.importance = &it->second;
+        }
+      }
+      if (opts.target.file_type == FileType::kQ2_K_S && p.to == DType::kQ2_K && p.importance == nullptr &&
+          t->name != "token_embd.weight") {
+        return error(ErrorCode::kInvalidArgument,
+                     "Q2_K_S needs an importance matrix entry for tensor '{}' (pass --imatrix FILE from `frugal imatrix`)",
+                     t->name);
+      }
+      ++report->n_quantized;
+      if (p.fallback) ++report->n_fallback;
+    }
+    p.out_bytes = static_cast<uint64_t>(row_bytes(p.to, t->dims[0]) * rows_of(*t));
+    plan.push_back(p);
+  }
+  report->n_tensors = static_cast<int>(plan.size());
+  return plan;
+}
+
+GgufWriter make_header(const GgufFile& in, const QuantizeOptions& opts, const std::vector<TensorPlan>& plan) {
+  GgufWriter w;
+  for (const auto& [key, v] : in.metadata()) w.set_value(key, v);
+  // Overridden keys move to the end, as llama.cpp's writer orders them.
+  w.remove("general.quantization_version");
+  w.set_u32("general.quantization_version", kQuantizationVersion);
+  w.remove("general.file_type");
+  w.set_u32("general.file_type", static_cast<uint32_t>(opts.target.file_type));
+  for (const char* k : {"split.no", "split.count", "split.tensors.count"}) w.remove(k);
+  if (opts.imatrix != nullptr) {
+    auto put_string = [&](const std::string& key, const std::string& v) {
+      w.remove(key);
+      w.set_string(key, v.substr(0, kMaxMetaString));
+    };
+    auto put_i32 = [&](const std::string& key, int32_t v) {
+      w.remove(key);
+      w.set_i32(key, v);
+    };
+    put_string("quantize.imatrix.file", opts.imatrix_path);
+    if (!opts.imatrix->dataset.empty()) put_string("quantize.imatrix.dataset", opts.imatrix->dataset);
+    put_i32("quantize.imatrix.entries_count", static_cast<int32_t>(opts.imatrix->entries.size()));
+    if (opts.imatrix->chunks > 0) put_i32("quantize.imatrix.chunks_count", opts.imatrix->chunks);
+  }
+  for (const TensorPlan& p : plan) {
+    // Validated already by the reader (dims, block multiples); cannot fail here.
+    (void)w.add_tensor_info(p.in->name, p.to, p.in->dims);
+  }
+  return w;
+}
+
+// Converts one tensor: rows to floats, then to the target type, in chunks of rows over the pool.
+Status convert_tensor(const TensorPlan& p, ThreadPool& pool, std::vector<uint8_t>& out, const QuantizeOptions& opts) {
+  const GgufTensorInfo& t = *p.in;
+  const int64_t cols = t.dims[0];
+  const int64_t rows = rows_of(t);
+  const TypeTraits* from = type_traits(t.type);
+  const TypeTraits* to = type_traits(p.to);
+  const size_t in_row = static_cast<size_t>(row_bytes(t.type, cols));
+  const size_t out_row = static_cast<size_t>(row_bytes(p.to, cols));
+  out.resize(out_row * static_cast<size_t>(rows));
+  std::vector<float> importance;
+  if (p.importance != nullptr) importance = p.importance->mean();
+  const float* imp = importance.empty() ? nullptr : importance.data();
+  const int64_t rows_per_chunk = std::max<int64_t>(1, (kMinChunkElements + cols - 1) / cols);
+  const int64_t n_chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(pool.size()));
+  std::atomic<bool> stopped{false};
+  pool.parallel_for(n_chunks, 1, [&](int64_t begin, int64_t end, int thread) {
+    std::vector<float>& f = scratch[static_cast<size_t>(thread)];
+    f.resize(static_cast<size_t>(rows_per_chunk * cols));
+    for (int64_t c = begin; c < end; ++c) {
+      if (opts.cancel != nullptr && opts.cancel->load(std::memory_order_relaxed)) {
+        stopped = true;
+        return;
+      }
+      const int64_t r0 = c * rows_per_chunk;
+      const int64_t nr = std::min(rows_per_chunk, rows - r0);
+      from->to_float_ref(t.data + static_cast<size_t>(r0) * in_row, f.data(), nr * cols);
+      to->quantize_rows(f.data(), out.data() + static_cast<size_t>(r0) * out_row, nr, cols, imp);
+    }
+  });
+  if (stopped) return error(ErrorCode::kIo, "interrupted");
+  return ok_status();
+}
+
+}  // namespace
+
+Result<QuantizeReport> quantize_model(const QuantizeOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  QuantizeReport report;
+  if (opts.input == opts.output) {
+    return error(ErrorCode::kInvalidArgument, "{}: the output must differ from the input", opts.output);
+  }
+  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> in, GgufFile::open(opts.input));
+  FRUGAL_ASSIGN_OR_RETURN(std::vector<TensorPlan> plan, plan_tensors(*in, opts, &report));
+  GgufWriter header_writer = make_header(*in, opts, plan);
+  FRUGAL_ASSIGN_OR_RETURN(std::vector<uint8_t> header, header_writer.header());
+  const uint64_t alignment = header_writer.alignment();
+
+  install_interrupt_cleanup();
+  FRUGAL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(opts.output));
+  FRUGAL_RETURN_IF_ERROR(out.write(header.data(), header.size()));
+  ThreadPool pool(opts.n_threads);
+  std::vector<uint8_t> buffer;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const TensorPlan& p = plan[k];
+    if (opts.cancel != nullptr && opts.cancel->load()) return error(ErrorCode::kIo, "{}: interrupted", opts.output);
+    const uint8_t* bytes = p.in->data;
+    if (p.quantize) {
+      Status st = convert_tensor(p, pool, buffer, opts);
+      if (!st.ok()) return error(st.code(), "{}: tensor '{}': {}", opts.output, p.in->name, st.message());
+      bytes = buffer.data();
+    }
+    FRUGAL_RETURN_IF_ERROR(out.write(bytes, p.out_bytes));
+    const uint64_t padded = (p.out_bytes + alignment - 1) / alignment * alignment;
+    FRUGAL_RETURN_IF_ERROR(out.write_zeros(padded - p.out_bytes));
+    report.input_tensor_bytes += p.in->nbytes;
+    report.output_tensor_bytes += p.out_bytes;
+    if (opts.on_tensor) {
+      TensorProgress tp;
+      tp.index = static_cast<int>(k) + 1;
+      tp.count = static_cast<int>(plan.size());
+      tp.name = p.in->name;
+      tp.from = p.in->type;
+      tp.to = p.to;
+      tp.quantized = p.quantize;
+      tp.used_imatrix = p.importance != nullptr;
+      tp.bytes_in = p.in->nbytes;
+      tp.bytes_out = p.out_bytes;
+      opts.on_tensor(tp);
+    }
+  }
+  report.output_file_bytes = out.bytes_written();
+  FRUGAL_RETURN_IF_ERROR(out.commit());
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace frugal::quantize

@@ -1,0 +1,72 @@
+// `frugal quantize`: a GGUF model in, the same model with its weights in other types out, the
+// way llama-quantize writes it (same per-tensor types, same bytes, same metadata order), so
+// llama.cpp loads our files and the two tools' outputs can be compared byte for byte.
+//
+// Everything that can be wrong with the input (unknown names, a quantized input without
+// allow_requantize, an imatrix of the wrong shape, a missing imatrix where a type needs one) is
+// found before the output is created; the output is streamed through an AtomicFile, so a failure
+// or an interrupt later on leaves no file behind.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frugal/core/dtype.h"
+#include "frugal/core/status.h"
+#include "frugal/quantize/imatrix_file.h"
+#include "frugal/quantize/mix_rules.h"
+#include "frugal/quantize/target.h"
+
+namespace frugal::quantize {
+
+// A --tensor-type rule: tensors whose name matches the regular expression `pattern` (searched
+// anywhere in the name, first rule wins) get `type`, after the mix rules.
+struct TensorTypeRule {
+  std::string pattern;
+  DType type;
+};
+
+struct TensorProgress {
+  int index = 0;  // 1-based
+  int count = 0;
+  std::string name;
+  DType from = DType::kF32;
+  DType to = DType::kF32;
+  bool quantized = false;     // false: copied as it was
+  bool used_imatrix = false;
+  uint64_t bytes_in = 0;      // of the input tensor
+  uint64_t bytes_out = 0;
+};
+
+struct QuantizeOptions {
+  std::string input;
+  std::string output;
+  Target target{};
+  MixOptions mix;                         // pure, output/token-embedding types (has_imatrix is set from `imatrix`)
+  const Imatrix* imatrix = nullptr;       // read with read_imatrix(); nullptr: none
+  std::string imatrix_path;               // recorded in the output's metadata
+  std::vector<TensorTypeRule> tensor_types;
+  bool allow_requantize = false;          // accept quantized input tensors (dequantized first)
+  int n_threads = 0;                      // 0: one per CPU
+  std::function<void(const TensorProgress&)> on_tensor;  // after each tensor is written
+  const std::atomic<bool>* cancel = nullptr;            // set: stop, remove the partial output
+};
+
+struct QuantizeReport {
+  int n_tensors = 0;
+  int n_quantized = 0;
+  int n_fallback = 0;           // tensors whose row length forced another type
+  int n_imatrix_missing = 0;    // quantized tensors the imatrix had no entry for
+  uint64_t input_tensor_bytes = 0;
+  uint64_t output_tensor_bytes = 0;
+  uint64_t output_file_bytes = 0;
+  double seconds = 0;
+};
+
+Result<QuantizeReport> quantize_model(const QuantizeOptions& opts);
+
+}  // namespace frugal::quantize

@@ -1,0 +1,124 @@
+// frugal quantize: IN.gguf OUT.gguf TYPE, with llama-quantize's per-tensor rules and bytes
+// (quantize/model_quantizer.h). A bar on a terminal, one summary line otherwise.
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "command.h"
+#include "common.h"
+#include "frugal/quantize/model_quantizer.h"
+
+namespace frugal::cli {
+namespace {
+
+struct QuantizeArgs {
+  std::string input, output, type, imatrix, output_type, token_type;
+  std::vector<std::string> tensor_types;
+  bool pure = false;
+  bool allow_requantize = false;
+  bool list = false;
+  int threads = 0;
+};
+
+Result<DType> parse_tensor_type(const std::string& what, const std::string& name) {
+  auto t = dtype_from_name(name);
+  if (!t) return error(ErrorCode::kInvalidArgument, "{}: unknown tensor type '{}'", what, name);
+  return *t;
+}
+
+void draw_bar(const quantize::TensorProgress& p) {
+  constexpr int kWidth = 30;
+  const int filled = p.index * kWidth / p.count;
+  std::fprintf(stderr, "\r[%.*s%*s] %4d/%d %-32.32s %6s -> %-6s", filled, "==============================",
+               kWidth - filled, "", p.index, p.count, p.name.c_str(), std::string(dtype_name(p.from)).c_str(),
+               std::string(dtype_name(p.to)).c_str());
+  if (p.index == p.count) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+int quantize_cmd(const QuantizeArgs& a) {
+  const std::string cmd = "quantize";
+  if (a.list) {
+    for (const auto& t : quantize::all_targets()) {
+      std::printf("%-7s %s\n", std::string(t.name).c_str(), std::string(t.description).c_str());
+    }
+    return 0;
+  }
+  if (a.input.empty() || a.output.empty() || a.type.empty()) return fail(cmd, "usage: frugal quantize IN.gguf OUT.gguf TYPE");
+  auto target = quantize::find_target(a.type);
+  if (!target) return fail(cmd, "unknown type '" + a.type + "'; one of: " + quantize::target_names());
+  quantize::QuantizeOptions o;
+  o.input = a.input;
+  o.output = a.output;
+  o.target = *target;
+  o.mix.pure = a.pure;
+  o.allow_requantize = a.allow_requantize;
+  o.n_threads = resolve_threads(a.threads);
+  if (!a.output_type.empty()) {
+    auto t = parse_tensor_type("--output-tensor-type", a.output_type);
+    if (!t.ok()) return fail(cmd, t.status().message());
+    o.mix.output_type = *t;
+  }
+  if (!a.token_type.empty()) {
+    auto t = parse_tensor_type("--token-embedding-type", a.token_type);
+    if (!t.ok()) return fail(cmd, t.status().message());
+    o.mix.token_embd_type = *t;
+  }
+  for (const std::string& rule : a.tensor_types) {
+    const size_t eq = rule.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == rule.size()) {
+      return fail(cmd, "--tensor-type '" + rule + "': expected PATTERN=TYPE, e.g. attn_v=q8_0");
+    }
+    auto t = parse_tensor_type("--tensor-type '" + rule + "'", rule.substr(eq + 1));
+    if (!t.ok()) return fail(cmd, t.status().message());
+    o.tensor_types.push_back({rule.substr(0, eq), *t});
+  }
+  std::unique_ptr<quantize::Imatrix> imatrix;
+  if (!a.imatrix.empty()) {
+    auto m = quantize::read_imatrix(a.imatrix);
+    if (!m.ok()) return fail(cmd, m.status().message());
+    imatrix = std::make_unique<quantize::Imatrix>(std::move(*m));
+    o.imatrix = imatrix.get();
+    o.imatrix_path = a.imatrix;
+  }
+  if (isatty(STDERR_FILENO)) o.on_tensor = draw_bar;
+  auto r = quantize::quantize_model(o);
+  if (!r.ok()) return fail(cmd, r.status().message());
+  const double mb_in = static_cast<double>(r->input_tensor_bytes) / 1e6;
+  std::fprintf(stderr,
+               "frugal quantize: %s -> %s (%s): %d tensors, %d quantized%s; %.2f MB -> %.2f MB of weights, file %llu "
+               "bytes; %.2f s, %.1f MB/s of input\n",
+               a.input.c_str(), a.output.c_str(), std::string(target->name).c_str(), r->n_tensors, r->n_quantized,
+               r->n_fallback ? (", " + std::to_string(r->n_fallback) + " with a fallback type").c_str() : "", mb_in,
+               static_cast<double>(r->output_tensor_bytes) / 1e6, static_cast<unsigned long long>(r->output_file_bytes),
+               r->seconds, mb_in / std::max(r->seconds, 1e-9));
+  if (imatrix && r->n_imatrix_missing > 0) {
+    std::fprintf(stderr, "frugal quantize: %d quantized tensors had no imatrix entry (quantized without one)\n",
+                 r->n_imatrix_missing);
+  }
+  return 0;
+}
+
+RunFn setup(CLI::App& app) {
+  auto a = std::make_shared<QuantizeArgs>();
+  app.add_option("input", a->input, "input GGUF (F32/F16/BF16 weights; quantized ones with --allow-requantize)");
+  app.add_option("output", a->output, "output GGUF (written whole or not at all)");
+  app.add_option("type", a->type, "target type or mix: see --list");
+  app.add_option("--imatrix", a->imatrix, "importance matrix (.dat from `frugal imatrix` or llama-imatrix)");
+  app.add_flag("--pure", a->pure, "no mix rules: every quantized tensor gets the base type");
+  app.add_option("--tensor-type", a->tensor_types,
+                 "PATTERN=TYPE: tensors whose name matches the regular expression get TYPE (repeatable, first wins)");
+  app.add_option("--output-tensor-type", a->output_type, "type of output.weight");
+  app.add_option("--token-embedding-type", a->token_type, "type of token_embd.weight");
+  app.add_flag("--allow-requantize", a->allow_requantize, "accept already-quantized input tensors");
+  app.add_option("-t,--threads", a->threads, "threads (0: all cores)");
+  app.add_flag("--list", a->list, "list the types and mixes");
+  return [a]() { return quantize_cmd(*a); };
+}
+
+}  // namespace
+
+FRUGAL_COMMAND("quantize", "Quantize a GGUF model (llama-quantize's types, mixes and bytes)", setup);
+
+}  // namespace frugal::cli
