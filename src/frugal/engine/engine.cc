@@ -417,7 +417,7 @@ void Engine::step() {
       ++r.decode_forwards;
     }
     if (!r.own && uses_pool()) {
-      r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(it.slot));
+      r.peak_slot_bytes = std::max(r.peak_slot_bytes, kv_.used_bytes(it.slot));
       r.peak_held_bytes = std::max(r.peak_held_bytes, static_cast<uint64_t>(kv_.pages_held(it.slot)) * kv_.page_bytes());
     }
     // A sequence on its own KV state ran a pass of its own: all of that pass's weight reads are its.
@@ -574,22 +574,12 @@ bool Engine::drop_cached_prefix() {
 void Engine::preempt(SeqId id) {
   Active& r = *active_.at(id);
   const int slot = sched_.slot_of(id);
-  r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(slot));
+  r.peak_slot_bytes = std::max(r.peak_slot_bytes, kv_.used_bytes(slot));
   kv_.release(slot);
   sched_.preempt(id, now_s());
   ++r.preemptions;
   std::lock_guard<std::mutex> lk(mu_);
   ++stats_.preemptions;
-}
-
-// K and V bytes of the rows slot `slot` holds in the shared cache (never quantized).
-uint64_t Engine::slot_used_bytes(int slot) const {
-  const KvCacheOptions& o = kv_.options();
-  uint64_t rows = 0;
-  for (int l = 0; l < o.n_layer; ++l) {
-    for (int h = 0; h < o.n_head_kv; ++h) rows += static_cast<uint64_t>(kv_.size(l, slot, h));
-  }
-  return rows * kv_.row_bytes() * 2;
 }
 
 TokenId Engine::pick_token(Active& r, const float* logits) {
@@ -710,7 +700,7 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
       f.kv = r.evictor->stats();
       f.kv_policy = r.evictor->policy().name();
     }
-    if (slot >= 0) r.peak_slot_bytes = std::max(r.peak_slot_bytes, slot_used_bytes(slot));
+    if (slot >= 0) r.peak_slot_bytes = std::max(r.peak_slot_bytes, kv_.used_bytes(slot));
     f.kv.peak_used_bytes = r.peak_slot_bytes;
     f.preemptions = r.preemptions;
     f.kv_bytes = uses_pool() ? r.peak_held_bytes

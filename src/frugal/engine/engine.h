@@ -101,7 +101,6 @@ class Engine {
   TokenId pick_token(Active& r, const float* logits);
   void finish(SeqId id, FinishReason reason, Status error = {});
   Status forward_own(Active& r, const StepItem& it);
-  uint64_t slot_used_bytes(int slot) const;
   Status copy_rows(int src, int dst, int32_t begin, int32_t end);
   // The host page pool is the memory budget (cpu); a device-resident cache keeps its own slots.
   bool uses_pool() const { return backend_.name() == "cpu"; }

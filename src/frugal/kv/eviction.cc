@@ -201,7 +201,7 @@ void KvEvictor::after_attention(KvCache& kv, int layer, const int32_t* seq, int6
 
 Status KvEvictor::step(KvCache& kv, int seq) {
   FRUGAL_RETURN_IF_ERROR(deferred_);
-  stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, kv.used_bytes());
+  stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, kv.used_bytes(seq));
   if (!evicts()) return ok_status();
   if (kv.size(0, seq, 0) < stats_.budget + opts_.buffer) return ok_status();
   return round(kv, seq);

@@ -50,7 +50,7 @@ struct KvEvictionStats {
   int64_t rounds = 0;            // each over every layer and head of one sequence
   double round_ms = 0;           // all rounds, everything included
   double stats_ms = 0;           // of which: attention statistics for scored policies
-  uint64_t peak_used_bytes = 0;  // K+V bytes of live tokens, highest seen between decode steps
+  uint64_t peak_used_bytes = 0;  // K+V bytes of the sequence's live tokens, highest seen between decode steps
   int32_t memory_tokens = 0;     // capacity kv-memory resolved to (0: not given)
 };
 

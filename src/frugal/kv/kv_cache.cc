@@ -175,22 +175,31 @@ Result<KvCache> KvCache::create(const KvCacheOptions& opts) {
 uint64_t KvCache::reserved_bytes() const { return kv_reserved_bytes(opts_); }
 
 uint64_t KvCache::used_bytes() const {
+  uint64_t b = 0;
+  for (int s = 0; s < opts_.n_seq; ++s) b += used_bytes(s);
+  return b;
+}
+
+uint64_t KvCache::used_bytes(int seq) const {
+  if (seq < 0 || seq >= opts_.n_seq) return 0;
   if (!quantized()) {
     if (!paged_) return 0;
+    const TokenTable& t = paged_->tables[static_cast<size_t>(seq)];
     uint64_t n = 0;
-    for (const TokenTable& t : paged_->tables) {
-      for (int l = 0; l < opts_.n_layer; ++l) {
-        for (int h = 0; h < opts_.n_head_kv; ++h) n += static_cast<uint64_t>(t.size(l, h));
-      }
+    for (int l = 0; l < opts_.n_layer; ++l) {
+      for (int h = 0; h < opts_.n_head_kv; ++h) n += static_cast<uint64_t>(t.size(l, h));
     }
     return n * row_bytes_ * 2;
   }
   const uint64_t hd = static_cast<uint64_t>(opts_.head_dim);
   uint64_t b = 0;
-  for (size_t i = 0; i < len_.size(); ++i) {
-    const uint64_t cold = static_cast<uint64_t>(cold_[i]), res = static_cast<uint64_t>(len_[i] - cold_[i]);
-    b += cold * (2 * static_cast<uint64_t>(cb_) + static_cast<uint64_t>(vg_) * 4) + (cold / kKvGroup) * hd * 4 +
-         (res + static_cast<uint64_t>(hot_n_[i])) * hd * 4;
+  for (int l = 0; l < opts_.n_layer; ++l) {
+    for (int h = 0; h < opts_.n_head_kv; ++h) {
+      const size_t i = static_cast<size_t>(index(l, seq, h));
+      const uint64_t cold = static_cast<uint64_t>(cold_[i]), res = static_cast<uint64_t>(len_[i] - cold_[i]);
+      b += cold * (2 * static_cast<uint64_t>(cb_) + static_cast<uint64_t>(vg_) * 4) + (cold / kKvGroup) * hd * 4 +
+           (res + static_cast<uint64_t>(hot_n_[i])) * hd * 4;
+    }
   }
   return b;
 }

@@ -74,8 +74,9 @@ class KvCache {
   const KvCacheOptions& options() const { return opts_; }
   // Bytes of K and V storage reserved (what the cache really costs).
   uint64_t reserved_bytes() const;
-  // Bytes of K and V rows holding live tokens.
+  // Bytes of K and V rows holding live tokens, of every sequence or of one.
   uint64_t used_bytes() const;
+  uint64_t used_bytes(int seq) const;
   // Bytes of the pages sequences hold (unquantized; the reservation when quantized).
   uint64_t held_bytes() const;
 
