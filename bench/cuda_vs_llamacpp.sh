@@ -18,7 +18,10 @@
 #                float-activation GEMV) and llama.cpp (-ngl 99 -fa 1); 64 parallel sequences (F16);
 #                decode at 4,096 tokens of depth; prefill of 32,768 tokens and decode at that depth
 #                (F16); peak host RSS of each frugal run.
-#                BENCH_TYPES="F16" limits the types, BENCH_LONG=0 skips the 64-sequence and 32k rows.
+#                BENCH_TYPES="F16" limits the types, BENCH_LONG=0 skips the 64-sequence and 32k rows,
+#                BENCH_VARIANTS=0 the decode variants (rows per warp, split rows, PDL off, float GEMV,
+#                scalar attention). pp512 and the greedy tg128 (`--greedy`: tokens picked on the
+#                device) come from one frugal process per type, the plain tg128 from another.
 # Every step's output lands in $OUT (or ./cudabench-out) as one archive, cudabench.tgz, with
 # steps.tsv (status and seconds per step) and the log.
 set -u
@@ -126,19 +129,23 @@ for ty in $TYPES; do
   M=$TMP/llama8b-$ty.gguf
   [ -s "$M" ] || { say "no $M"; continue; }
   fb "$ty-tg128" FRUGAL_CUDA_PDL=1 -- -m "$M" -p 0 -n 128 -r 3
-  fb "$ty-tg128-rows2" FRUGAL_GEMV_ROWS=2 FRUGAL_GEMV_Q8_ROWS=2 -- -m "$M" -p 0 -n 128 -r 3
-  fb "$ty-tg128-split1" FRUGAL_GEMV_SPLIT=1 -- -m "$M" -p 0 -n 128 -r 3
-  # What each decode change is worth, in the same run: without programmatic dependent launch, and
-  # (quantized types) with the float-activation GEMV instead of the 8-bit one.
-  fb "$ty-tg128-pdl-off" FRUGAL_CUDA_PDL=0 -- -m "$M" -p 0 -n 128 -r 3
-  [ "$ty" = F16 ] || fb "$ty-tg128-float-gemv" FRUGAL_GEMV_Q8=0 -- -m "$M" -p 0 -n 128 -r 3
-  fb "$ty-pp512" FRUGAL_CUDA_PDL=1 -- -m "$M" -p 512 -n 0 -r 3
+  # Greedy generation: each step's tokens picked on the device and fed to the next (no logits copied).
+  fb "$ty-pp512-tg128-greedy" FRUGAL_CUDA_PDL=1 -- -m "$M" -p 512 -n 128 -r 3 --greedy
+  if [ "${BENCH_VARIANTS:-1}" = 1 ]; then
+    fb "$ty-tg128-rows2" FRUGAL_GEMV_ROWS=2 FRUGAL_GEMV_Q8_ROWS=2 -- -m "$M" -p 0 -n 128 -r 3
+    fb "$ty-tg128-split1" FRUGAL_GEMV_SPLIT=1 -- -m "$M" -p 0 -n 128 -r 3
+    # What each decode change is worth, in the same run: without programmatic dependent launch, and
+    # (quantized types) with the float-activation GEMV instead of the 8-bit one.
+    fb "$ty-tg128-pdl-off" FRUGAL_CUDA_PDL=0 -- -m "$M" -p 0 -n 128 -r 3
+    [ "$ty" = F16 ] || fb "$ty-tg128-float-gemv" FRUGAL_GEMV_Q8=0 -- -m "$M" -p 0 -n 128 -r 3
+  fi
   lb "$ty" -m "$M" -p 512 -n 128 -r 3
   [ "$ty" = F16 ] || rm -f "$M"
 done
 M=$TMP/llama8b-F16.gguf
 if [ -s "$M" ] && [ "${BENCH_LONG:-1}" = 1 ]; then
   fb F16-tg128x64 FRUGAL_CUDA_PDL=1 -- -m "$M" -p 0 -n 128 -r 2 --parallel 64 -d 16
+  fb F16-tg128x64-greedy FRUGAL_CUDA_PDL=1 -- -m "$M" -p 0 -n 128 -r 2 --parallel 64 -d 16 --greedy
   [ "$HAVE_LLAMA" = 1 ] && step llama-batched-64 200 "$LB/llama-batched-bench" -m "$M" -ngl 99 -fa -c 16384 \
     -npp 16 -ntg 128 -npl 64 && grep -E "^\|" "$WORK/llama-batched-64.out" | tail -2
   fb F16-pp32768 FRUGAL_CUDA_PDL=1 -- -m "$M" -p 32768 -n 0 -r 1 -b 2048
@@ -149,6 +156,6 @@ if [ -s "$M" ] && [ "${BENCH_LONG:-1}" = 1 ]; then
   fb F16-tg128-d32768 FRUGAL_CUDA_PDL=1 -- -m "$M" -p 0 -n 128 -r 1 -d 32768 -b 2048
   [ "$HAVE_LLAMA" = 1 ] && step llama-batched-d32k 200 "$LB/llama-batched-bench" -m "$M" -ngl 99 -fa -c 33024 \
     -b 2048 -ub 2048 -npp 32768 -ntg 128 -npl 1 && grep -E "^\|" "$WORK/llama-batched-d32k.out" | tail -2
-  fb F16-tg128-flash-off FRUGAL_CUDA_FLASH=0 -- -m "$M" -p 0 -n 128 -r 2
+  [ "${BENCH_VARIANTS:-1}" = 1 ] && fb F16-tg128-flash-off FRUGAL_CUDA_FLASH=0 -- -m "$M" -p 0 -n 128 -r 2
 fi
 say "done"

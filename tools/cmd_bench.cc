@@ -42,6 +42,7 @@ struct BenchArgs {
   std::vector<std::string> parallel_list{"1"};
   std::vector<std::string> depth_list{"0"};
   bool fill_depth = false;
+  bool greedy = false;
   bool energy = false;
   bool roofline = false;
   bool no_roofline = false;
@@ -79,6 +80,7 @@ struct CacheSpec {
   KvQuant quant = KvQuant::kNone;
   int n_batch = 512;
   bool fill_depth = false;  // write the depth's rows directly (random values) instead of a prefill
+  bool greedy = false;      // tg: each step's greedy tokens feed the next (Model::forward_greedy)
 };
 
 // Writes `depth` random K/V rows per (layer, sequence): the attention of later steps costs the same
@@ -151,11 +153,17 @@ Result<Rep> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int n_b
   const auto t0 = std::chrono::steady_clock::now();
   telemetry::IntervalMeter im(metered ? meter : nullptr);
   FRUGAL_RETURN_IF_ERROR(prefill(depth, depth + n_prompt));
+  std::vector<int32_t> next(static_cast<size_t>(n_par));
+  for (int& t : next) t = tok(rng);
   for (int i = 0; i < n_gen; ++i) {
     b.clear();
     const int32_t p = depth + n_prompt + i;
-    for (int s = 0; s < n_par; ++s) b.add(tok(rng), p, s, true);
-    FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, logits.data()));
+    for (int s = 0; s < n_par; ++s) b.add(cs.greedy ? next[static_cast<size_t>(s)] : tok(rng), p, s, true);
+    if (cs.greedy) {
+      FRUGAL_RETURN_IF_ERROR(model.forward_greedy(b, kv, be, next.data()));
+    } else {
+      FRUGAL_RETURN_IF_ERROR(model.forward(b, kv, be, logits.data()));
+    }
     for (int s = 0; s < n_par; ++s) rep.phase.work.merge(mw.chunk(p, p + 1, 1.0 / n_par));
   }
   const telemetry::EnergyDelta d = metered ? im.stop() : telemetry::EnergyDelta{};
@@ -257,6 +265,7 @@ int bench(const BenchArgs& a) {
   cs.quant = engine_opts.kv_policy.quant;
   cs.n_batch = a.n_batch;
   cs.fill_depth = a.fill_depth;
+  cs.greedy = a.greedy;
   if (cs.quant != KvQuant::kNone && a.engine.device != "cpu") {
     return fail(cmd, "--kv-quant: the quantized caches run on the CPU backend only");
   }
@@ -391,6 +400,7 @@ int bench(const BenchArgs& a) {
     j["repacked_bytes"] = (*model)->weights().repacked_bytes;  // rewritten in place at load, no copy
     j["threads"] = bo.n_threads;
     j["backend"] = be->name();
+    j["greedy"] = a.greedy;  // tg steps fed their own greedy tokens (no logits copied)
     j["tests"] = nlohmann::json::array();
     for (const auto& t : tests) {
       j["tests"].push_back({{"name", t.name}, {"n_prompt", t.n_prompt}, {"n_gen", t.n_gen}, {"kv_quant", std::string(kv_quant_name(cs.quant))},
@@ -447,6 +457,9 @@ RunFn setup(CLI::App& app) {
                  "context tokens already in the cache before each timed test (untimed); a list: 1k,4k,16k")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_flag("--greedy", a->greedy,
+               "tg: generate greedily (each step's tokens are the argmax of the last, picked on the device for "
+               "cuda, so only token ids leave it) instead of feeding random tokens and copying every logit row");
   app.add_flag("--fill-depth", a->fill_depth,
                "write the -d context as random K/V rows instead of running the model over it (fast)");
   add_engine_flags(app, a->engine);

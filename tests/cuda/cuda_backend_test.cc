@@ -3,16 +3,20 @@
 // decoding token-identical to the CPU backend on real models. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "frugal/backend/cuda/cuda_backend.h"
+#include "frugal/decode/sampler.h"
 #include "frugal/model/model.h"
 #include "frugal/core/half.h"
 #include "frugal/quant/blocks.h"
@@ -476,6 +480,76 @@ void check_greedy(const std::string& path) {
   std::printf("greedy %s: %s (first difference at %d)\n", path.c_str(), a == g ? "identical" : "DIFFERENT",
               first_diff);
   EXPECT_EQ(a, g);
+}
+
+// The device's greedy token per row follows the host rule (greedy_token) on fresh random rows
+// with planted ties, NaN, infinities and an all -inf row, at the 8B vocabulary and odd sizes.
+TEST(CudaKernels, GreedyTokensMatchHostRule) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 gen(test_seed());
+  for (int64_t nv : {int64_t{3}, int64_t{1000}, int64_t{1025}, int64_t{128256}}) {
+    const int rows = 7;
+    std::vector<float> logits(static_cast<size_t>(rows * nv));
+    std::normal_distribution<float> nd(0.f, 3.f);
+    for (float& x : logits) x = nd(gen);
+    std::uniform_int_distribution<int64_t> at(0, nv - 1);
+    float* r1 = logits.data() + nv;
+    const float top = *std::max_element(r1, r1 + nv);
+    r1[at(gen)] = top + 1.f;
+    r1[at(gen)] = top + 1.f;  // a tie (or the same id twice)
+    logits[static_cast<size_t>(2 * nv + at(gen))] = std::numeric_limits<float>::quiet_NaN();
+    logits[static_cast<size_t>(3 * nv + at(gen))] = std::numeric_limits<float>::infinity();
+    logits[static_cast<size_t>(3 * nv + at(gen))] = std::numeric_limits<float>::infinity();
+    std::fill(logits.begin() + 4 * nv, logits.begin() + 5 * nv, -std::numeric_limits<float>::infinity());
+    std::fill(logits.begin() + 5 * nv, logits.begin() + 6 * nv, 0.5f);  // all equal: id 0
+    std::vector<int32_t> dev(rows, -1);
+    ASSERT_TRUE(cuda::greedy_tokens_on_device(logits.data(), rows, nv, dev.data()).ok());
+    for (int r = 0; r < rows; ++r) {
+      const std::span<const float> row(logits.data() + r * nv, static_cast<size_t>(nv));
+      EXPECT_EQ(dev[static_cast<size_t>(r)], greedy_token(row)) << "vocab " << nv << " row " << r;
+    }
+  }
+}
+
+// forward_greedy on the GPU gives greedy_token of the logits forward() gives on the GPU for the
+// same step (two sequences, prefill and two decode steps; GEMV and cuBLAS paths).
+TEST(CudaModel, ForwardGreedyMatchesDeviceLogits) {
+  SKIP_WITHOUT_GPU();
+  const std::string d = model_dir();
+  const std::string path = (d.empty() ? std::string(FRUGAL_SOURCE_DIR) + "/models" : d) + "/default.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " not present";
+  auto model = Model::load(path);
+  ASSERT_TRUE(model.ok());
+  Model& m = **model;
+  auto gpu = make_cuda_backend();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  trace_step("forward_greedy");
+  const int64_t nv = m.config().n_vocab;
+  const auto p0 = prompt_tokens(nv, 9, 3), p1 = prompt_tokens(nv, 12, 4);
+  auto kv_a = KvCache::create(m.kv_options(2, 32));
+  auto kv_b = KvCache::create(m.kv_options(2, 32));
+  ASSERT_TRUE(kv_a.ok() && kv_b.ok());
+  for (int step = 0; step < 3; ++step) {
+    Batch b;
+    if (step == 0) {
+      for (size_t i = 0; i < p0.size(); ++i) b.add(p0[i], static_cast<int32_t>(i), 0, i + 1 == p0.size());
+      for (size_t i = 0; i < p1.size(); ++i) b.add(p1[i], static_cast<int32_t>(i), 1, i + 1 == p1.size() || i == 3);
+    } else {
+      b.add(5 + step, static_cast<int32_t>(p0.size()) + step - 1, 0, true);
+      b.add(7 + step, static_cast<int32_t>(p1.size()) + step - 1, 1, true);
+    }
+    const int64_t rows = b.n_logits();
+    std::vector<float> logits(static_cast<size_t>(rows * nv));
+    std::vector<int32_t> ids(static_cast<size_t>(rows), -1);
+    // The backend keeps one device cache: each pass starts its sequences from the same positions,
+    // so the second pass of a step overwrites the first's rows with the same values.
+    ASSERT_TRUE(m.forward(b, *kv_a, **gpu, logits.data()).ok());
+    ASSERT_TRUE(m.forward_greedy(b, *kv_b, **gpu, ids.data()).ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::span<const float> row(logits.data() + r * nv, static_cast<size_t>(nv));
+      EXPECT_EQ(ids[static_cast<size_t>(r)], greedy_token(row)) << "step " << step << " row " << r;
+    }
+  }
 }
 
 TEST(CudaModel, GreedyMatchesCpuStories260K) {

@@ -102,6 +102,48 @@ TEST(Sampler, GreedyTiesGoToLowestId) {
   EXPECT_EQ(s2.sample(logits.data(), {}), 3);
 }
 
+// greedy_token is the rule a temperature-0 sampler without penalties applies; the engine and the
+// CUDA backend use it in place of the sampler when a step only needs greedy tokens.
+TEST(Sampler, GreedyTokenEqualsSamplerAtTemperatureZero) {
+  SamplingParams p = plain();
+  p.temperature = 0.0f;
+  ASSERT_TRUE(picks_greedy_token(p));
+  std::mt19937 gen(77);
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    auto logits = random_logits(3 + seed * 53, seed, 2.0f);
+    // Plant ties, NaN, infinities and all-equal stretches so the edge rules are exercised.
+    std::uniform_int_distribution<size_t> at(0, logits.size() - 1);
+    const float top = *std::max_element(logits.begin(), logits.end());
+    switch (seed % 5) {
+      case 0: logits[at(gen)] = top; logits[at(gen)] = top; break;
+      case 1: logits[at(gen)] = std::numeric_limits<float>::quiet_NaN(); break;
+      case 2: logits[at(gen)] = kInf; logits[at(gen)] = kInf; break;
+      case 3: std::fill(logits.begin(), logits.end(), -kInf); logits[at(gen)] = std::numeric_limits<float>::quiet_NaN(); break;
+      default: break;
+    }
+    Sampler s(p, static_cast<int32_t>(logits.size()));
+    EXPECT_EQ(greedy_token(logits), s.sample(logits.data(), {})) << "seed " << seed;
+  }
+  EXPECT_EQ(greedy_token(std::vector<float>{1.0f, kInf, 3.0f, kInf}), 1);
+  EXPECT_EQ(greedy_token(std::vector<float>{std::numeric_limits<float>::quiet_NaN(), -1.0f}), 1);
+  EXPECT_EQ(greedy_token(std::vector<float>{-kInf, -kInf}), 0);
+}
+
+TEST(Sampler, PicksGreedyTokenOnlyWithoutTemperatureOrPenalties) {
+  SamplingParams p = plain();
+  EXPECT_FALSE(picks_greedy_token(p));  // temperature 1
+  p.temperature = 0.0f;
+  EXPECT_TRUE(picks_greedy_token(p));
+  p.repeat_penalty = 1.1f;
+  EXPECT_FALSE(picks_greedy_token(p));
+  p.repeat_last_n = 0;  // a penalty with an empty window changes nothing
+  EXPECT_TRUE(picks_greedy_token(p));
+  p.repeat_last_n = 64;
+  p.repeat_penalty = 1.0f;
+  p.presence_penalty = 0.5f;
+  EXPECT_FALSE(picks_greedy_token(p));
+}
+
 TEST(Sampler, GreedyRespectsPenalties) {
   SamplingParams p = plain();
   p.temperature = 0.0f;

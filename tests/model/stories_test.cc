@@ -4,9 +4,12 @@
 
 #include <cmath>
 #include <fstream>
+#include <random>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/decode/sampler.h"
 #include "frugal/engine/generate.h"
 #include "frugal/model/model.h"
 #include "frugal/tokenize/tokenizer.h"
@@ -36,6 +39,39 @@ class Stories : public ::testing::Test {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tok_;
 };
+
+// forward_greedy returns, per logit row, greedy_token of the logits forward() writes for the same
+// step: ragged batch of three sequences, several rows per sequence, two thread counts.
+TEST_F(Stories, ForwardGreedyMatchesForwardLogits) {
+  const int64_t nv = model_->config().n_vocab;
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int> tok(3, static_cast<int>(nv) - 1);
+  for (int threads : {1, 2}) {
+    CpuBackendOptions bo;
+    bo.n_threads = threads;
+    auto be = make_cpu_backend(bo);
+    auto kv_a = KvCache::create(model_->kv_options(3, 64));
+    auto kv_b = KvCache::create(model_->kv_options(3, 64));
+    ASSERT_TRUE(kv_a.ok() && kv_b.ok());
+    for (int step = 0; step < 3; ++step) {
+      Batch b;
+      for (int s = 0; s < 3; ++s) {
+        const int n = step == 0 ? 5 + 3 * s : 1;
+        const int32_t p0 = step == 0 ? 0 : 5 + 3 * s + step - 1;
+        for (int i = 0; i < n; ++i) b.add(tok(gen), p0 + i, s, i + 1 == n || i == 1);
+      }
+      const int64_t rows = b.n_logits();
+      std::vector<float> logits(static_cast<size_t>(rows * nv));
+      std::vector<int32_t> ids(static_cast<size_t>(rows), -1);
+      ASSERT_TRUE(model_->forward(b, *kv_a, *be, logits.data()).ok());
+      ASSERT_TRUE(model_->forward_greedy(b, *kv_b, *be, ids.data()).ok());
+      for (int64_t r = 0; r < rows; ++r) {
+        const std::span<const float> row(logits.data() + r * nv, static_cast<size_t>(nv));
+        EXPECT_EQ(ids[static_cast<size_t>(r)], greedy_token(row)) << "step " << step << " row " << r;
+      }
+    }
+  }
+}
 
 TEST_F(Stories, GreedyTokensMatchLlamaCpp) {
   const auto data = load_json("stories260K_greedy.json");

@@ -183,13 +183,34 @@ void Sampler::reset() {
   rng_.seed(seed_);
 }
 
+TokenId greedy_token(std::span<const float> logits) {
+  TokenId best = 0;
+  float best_v = logits.empty() ? kNegInf : sanitize(logits[0]);
+  for (size_t i = 1; i < logits.size(); ++i) {
+    const float v = sanitize(logits[i]);
+    if (v > best_v) {  // strict: ties stay with the lower id
+      best_v = v;
+      best = static_cast<TokenId>(i);
+    }
+  }
+  return best;
+}
+
+namespace {
+bool penalties_off(const SamplingParams& p) {
+  return p.repeat_last_n == 0 || (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);
+}
+}  // namespace
+
+bool picks_greedy_token(const SamplingParams& params) {
+  return !(params.temperature > 0.0f) && penalties_off(params);
+}
+
 void Sampler::load_logits(const float* logits, std::span<const TokenId> history) {
   for (int32_t i = 0; i < n_vocab_; ++i) work_[i] = sanitize(logits[i]);
 
   const SamplingParams& p = params_;
-  const bool penalties_off = p.repeat_last_n == 0 ||
-      (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);
-  if (penalties_off) return;
+  if (penalties_off(p)) return;
   std::span<const TokenId> window = history;
   if (p.repeat_last_n > 0 && window.size() > static_cast<size_t>(p.repeat_last_n)) {
     window = window.last(static_cast<size_t>(p.repeat_last_n));

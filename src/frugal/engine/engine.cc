@@ -163,6 +163,7 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
     blocked_[v] = (tok.is_control(id) && !tok.is_eog(id)) || (pieces_[v].empty() && !tok.is_eog(id));
   }
   logits_.resize(static_cast<size_t>(opts.n_parallel) * n_vocab);
+  greedy_.resize(static_cast<size_t>(opts.n_parallel));
   masked_.resize(n_vocab);
   const auto& ko = kv_.options();
   kbuf_.resize(static_cast<size_t>(ko.n_head_kv) * ko.head_dim);
@@ -359,6 +360,9 @@ void Engine::step() {
   std::vector<const float*> rows;  // per item: its logits row, once its pass has run
   items.reserve(plan.items.size());
   bool observed = false;
+  // When every row that asks for logits only needs its greedy token, the step returns token ids
+  // (on a device backend no logits leave the device).
+  bool greedy_step = true;
   int64_t step_tokens = 0;
   for (const auto& it : plan.items) {
     if (!sched_.is_running(it.id)) continue;  // failed while being admitted, or preempted
@@ -366,6 +370,7 @@ void Engine::step() {
     step_tokens += it.end - it.begin;
     Active& r = *active_.at(it.id);
     if (r.own) continue;
+    if (it.logits && !wants_greedy_token(r)) greedy_step = false;
     AttentionObserver* obs = r.evictor ? r.evictor->attention_observer() : nullptr;
     slot_observers_[static_cast<size_t>(it.slot)] = obs;
     observed = observed || obs != nullptr;
@@ -382,17 +387,28 @@ void Engine::step() {
   Status shared_st = ok_status();
   if (batch_.size() > 0) {
     SlotObservers observers(slot_observers_);
-    shared_st = model_.forward(batch_, kv_, backend_, logits_.data(), observed ? &observers : nullptr);
+    shared_st = greedy_step
+                    ? model_.forward_greedy(batch_, kv_, backend_, greedy_.data(), observed ? &observers : nullptr)
+                    : model_.forward(batch_, kv_, backend_, logits_.data(), observed ? &observers : nullptr);
   }
   std::fill(slot_observers_.begin(), slot_observers_.end(), nullptr);
   const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
   size_t row = 0;
   std::vector<SeqId> failed;
+  std::vector<TokenId> chosen;  // per item: its greedy token from a greedy step, else -1
   for (const auto& it : items) {
     Active& r = *active_.at(it.id);
     const bool own = r.own != nullptr;
     const Status st = own ? forward_own(r, it) : shared_st;
-    const float* out = own ? r.own_logits.data() : it.logits ? logits_.data() + row++ * n_vocab : nullptr;
+    TokenId picked = -1;
+    const float* out = nullptr;
+    if (own) {
+      out = r.own_logits.data();
+    } else if (it.logits && greedy_step) {
+      picked = greedy_[row++];
+    } else if (it.logits) {
+      out = logits_.data() + row++ * n_vocab;
+    }
     if (!st.ok()) {
       finish(it.id, FinishReason::kError, st);  // `r` is gone from here on
       if (!own) {
@@ -400,8 +416,10 @@ void Engine::step() {
         sched_.drop_cache(it.slot);
       }
       out = nullptr;
+      picked = -1;
     }
     rows.push_back(out);
+    chosen.push_back(picked);
   }
   const telemetry::EnergyDelta step_energy = metered ? step_meter.stop() : telemetry::EnergyDelta{};
   sched_.commit(plan);  // items of finished sequences are skipped
@@ -425,7 +443,7 @@ void Engine::step() {
     telemetry::PhaseRecord& rec = prefill ? r.prefill_rec : r.decode_rec;
     rec.work.merge(r.own ? r.own_work.chunk(it.begin, it.end, 1.0) : work_.chunk(it.begin, it.end, share));
     if (metered) rec.energy.add(step_energy, share);
-    if (it.logits) on_logits(r, rows[i]);
+    if (it.logits && (rows[i] != nullptr || chosen[i] >= 0)) on_logits(r, rows[i], chosen[i]);
   }
   {
     std::unique_lock<std::mutex> lk(mu_);
@@ -606,14 +624,18 @@ TokenId Engine::pick_token(Active& r, const float* logits) {
   return r.sampler.sample(masked_.data(), history);
 }
 
-void Engine::on_logits(Active& r, const float* logits) {
+bool Engine::wants_greedy_token(const Active& r) {
+  return picks_greedy_token(r.req.sampling) && !r.matcher && r.req.logprobs < 0;
+}
+
+void Engine::on_logits(Active& r, const float* logits, TokenId chosen) {
   const double now = now_s();
   if (r.first_token < 0) {
     r.first_token = now;
     if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
   }
   r.last_token = now;
-  const TokenId t = pick_token(r, logits);
+  const TokenId t = chosen >= 0 ? chosen : pick_token(r, logits);
   TokenOutput out;
   out.id = t;
   out.piece = pieces_[static_cast<size_t>(t)];

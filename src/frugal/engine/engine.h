@@ -97,8 +97,13 @@ class Engine {
   void step();
   void take_incoming(double now);
   void apply_admission(const Admission& a, double now);
-  void on_logits(Active& r, const float* logits);
+  // The request's next token: picked from `logits`, or `chosen` when the step already picked it
+  // (a greedy step, see wants_greedy_token; `logits` is then null).
+  void on_logits(Active& r, const float* logits, TokenId chosen = -1);
   TokenId pick_token(Active& r, const float* logits);
+  // Whether the request's token is the greedy token of its raw logits and nothing else reads them
+  // (no constraint, no log-probabilities): its row may come back as a token id alone.
+  static bool wants_greedy_token(const Active& r);
   void finish(SeqId id, FinishReason reason, Status error = {});
   Status forward_own(Active& r, const StepItem& it);
   Status copy_rows(int src, int dst, int32_t begin, int32_t end);
@@ -125,6 +130,7 @@ class Engine {
   std::vector<std::string> pieces_;    // [n_vocab] token bytes, for constrained decoding
   std::vector<uint8_t> blocked_;       // [n_vocab] tokens never allowed under a constraint
   std::vector<float> logits_;          // [n_slots][n_vocab]
+  std::vector<int32_t> greedy_;        // [n_slots] tokens of a step run with Model::forward_greedy
   std::vector<float> masked_;          // [n_vocab]
   std::vector<float> kbuf_, vbuf_;     // [n_head_kv * head_dim] for copying rows
   Batch batch_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "frugal/backend/cpu/repack.h"
+#include "frugal/decode/sampler.h"
 #include "frugal/model/architecture.h"
 
 namespace frugal {
@@ -29,6 +30,7 @@ struct Model::Workspace {
   std::vector<float> gate;  // [n][n_ff]
   std::vector<float> up;    // [n][n_ff]
   std::vector<float> out;   // [n_logits][n_embd] rows that produce logits
+  std::vector<float> logits;  // [n_logits][n_vocab] of a greedy step run op by op
 };
 
 namespace {
@@ -228,6 +230,16 @@ void Model::layer_forward(int il, const LayerStep& step) {
 }
 
 Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logits, AttentionObserver* observer) {
+  return run_forward(batch, kv, be, logits, nullptr, observer);
+}
+
+Status Model::forward_greedy(const Batch& batch, KvCache& kv, Backend& be, int32_t* tokens,
+                             AttentionObserver* observer) {
+  return run_forward(batch, kv, be, nullptr, tokens, observer);
+}
+
+Status Model::run_forward(const Batch& batch, KvCache& kv, Backend& be, float* logits, int32_t* greedy,
+                          AttentionObserver* observer) {
   if (in_forward_.exchange(true, std::memory_order_acquire)) {
     return error(ErrorCode::kInvalidArgument,
                  "model: forward called from a second thread while one is running (a Model runs one batch at a "
@@ -239,7 +251,7 @@ Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logit
   } release{in_forward_};
   FRUGAL_RETURN_IF_ERROR(check_batch(batch, kv));
   if (observer == nullptr) {
-    FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits));
+    FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits, greedy));
     if (done) return ok_status();
   }
   const int64_t n = batch.size();
@@ -266,7 +278,15 @@ Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logit
   }
   if (n_out == 0) return ok_status();
   be.rms_norm(w.out.data(), weights_.output_norm.data(), n_out, c.n_embd, c.rms_eps, w.out.data());
-  be.matmul(weights_.output, w.out.data(), n_out, logits);
+  if (greedy == nullptr) {
+    be.matmul(weights_.output, w.out.data(), n_out, logits);
+    return ok_status();
+  }
+  w.logits.resize(static_cast<size_t>(n_out * c.n_vocab));
+  be.matmul(weights_.output, w.out.data(), n_out, w.logits.data());
+  for (int64_t r = 0; r < n_out; ++r) {
+    greedy[r] = greedy_token(std::span<const float>(w.logits.data() + r * c.n_vocab, static_cast<size_t>(c.n_vocab)));
+  }
   return ok_status();
 }
 

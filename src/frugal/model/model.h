@@ -102,11 +102,20 @@ class Model {
   // pass then runs op by op, since a backend that runs it whole (forward_model) shows no queries.
   Status forward(const Batch& batch, KvCache& kv, Backend& backend, float* logits,
                  AttentionObserver* observer = nullptr);
+  // The same step, writing for each row that asked for logits only its greedy token
+  // (decode/sampler.h: greedy_token) to `tokens`, in the same order. The token is the one a
+  // temperature-0 sampler without penalties picks from forward()'s logits; a backend that runs
+  // the pass on a device (forward_model) picks it there and copies no logits back.
+  Status forward_greedy(const Batch& batch, KvCache& kv, Backend& backend, int32_t* tokens,
+                        AttentionObserver* observer = nullptr);
 
  private:
   Model() = default;
   struct Workspace;
   Status check_batch(const Batch& batch, const KvCache& kv) const;
+  // forward() when `greedy` is null, else forward_greedy().
+  Status run_forward(const Batch& batch, KvCache& kv, Backend& backend, float* logits, int32_t* greedy,
+                     AttentionObserver* observer);
   void ensure_workspace(int64_t n_tokens);
   struct LayerStep {  // what every layer of one forward step works on
     const Batch& batch;

@@ -462,6 +462,7 @@ struct Buffers {
   float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
   float *gate = nullptr, *up = nullptr, *hout = nullptr, *logits = nullptr;
   int32_t* packet = nullptr;  // tokens, pos, seq, slot, out_rows: [cap] each
+  int32_t* greedy = nullptr;  // [cap] greedy token per logit row (forward_model with `greedy`)
   uint8_t* attn_scratch = nullptr;  // partial results of the split-KV decode attention
   size_t attn_scratch_bytes = 0;
 };
@@ -527,7 +528,8 @@ class CudaBackend final : public Backend {
     cpu_->attention(q, kv, layer, seq, pos, n, p, out);
   }
 
-  Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits) override;
+  Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
+                             int32_t* greedy) override;
   Result<bool> copy_kv_rows(int src, int dst, int32_t begin, int32_t end) override;
 
  private:
@@ -694,6 +696,7 @@ Status CudaBackend::ensure_buffers(int64_t n) {
   FRUGAL_RETURN_IF_ERROR(state_.alloc(sz(c.n_embd), &b.hout));
   FRUGAL_RETURN_IF_ERROR(state_.alloc(sz(c.n_vocab), &b.logits));
   FRUGAL_RETURN_IF_ERROR(state_.alloc(sz(5), &b.packet));
+  FRUGAL_RETURN_IF_ERROR(state_.alloc(sz(1), &b.greedy));
   {
     // The split attention's scratch for the largest step it may run (its size is not monotonic
     // in the token count, so take the maximum over every count that prefers it).
@@ -895,7 +898,8 @@ cudaGraphExec_t CudaBackend::capture(int n, int n_out) {
   return exec;
 }
 
-Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits) {
+Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
+                                        int32_t* greedy) {
   if (kv.quantized()) {
     return fail(ErrorCode::kNotSupported, "cuda: quantized KV caches run on the CPU backend only");
   }
@@ -932,7 +936,13 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
   }
   FRUGAL_RETURN_IF_ERROR(gemm_.take_error());
   FRUGAL_CUDA(cudaGetLastError());
-  if (n_out > 0) {
+  if (n_out > 0 && greedy != nullptr) {
+    // Outside the graph: one launch, and the same graphs serve greedy and sampled steps.
+    launch_argmax_rows(buf_.logits, n_out, cfg_.n_vocab, buf_.greedy, stream_);
+    FRUGAL_RETURN_IF_ERROR(take_launch_error());
+    FRUGAL_CUDA(cudaMemcpyAsync(greedy, buf_.greedy, static_cast<size_t>(n_out) * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, stream_));
+  } else if (n_out > 0) {
     FRUGAL_CUDA(cudaMemcpyAsync(logits, buf_.logits, static_cast<size_t>(n_out) * cfg_.n_vocab * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
   }
@@ -1095,6 +1105,23 @@ Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, 
   FRUGAL_CUDA(cudaGetLastError());
   FRUGAL_CUDA(cudaStreamSynchronize(o.s));
   FRUGAL_CUDA(cudaMemcpy(y, dy, static_cast<size_t>(n * w.cols) * 4, cudaMemcpyDeviceToHost));
+  return ok_status();
+}
+
+Status greedy_tokens_on_device(const float* logits, int rows, int64_t n_vocab, int32_t* out) {
+  OneShot o;
+  FRUGAL_RETURN_IF_ERROR(o.init());
+  float* dl = nullptr;
+  int32_t* dout = nullptr;
+  FRUGAL_RETURN_IF_ERROR(o.arena.alloc(static_cast<size_t>(rows * n_vocab), &dl));
+  FRUGAL_RETURN_IF_ERROR(o.arena.alloc(static_cast<size_t>(rows), &dout));
+  FRUGAL_CUDA(cudaMemcpy(dl, logits, static_cast<size_t>(rows * n_vocab) * 4, cudaMemcpyHostToDevice));
+  FRUGAL_CUDA(cudaMemset(dout, 0xFF, static_cast<size_t>(rows) * 4));  // -1: a row nothing wrote
+  launch_argmax_rows(dl, rows, n_vocab, dout, o.s);
+  FRUGAL_RETURN_IF_ERROR(take_launch_error());
+  FRUGAL_CUDA(cudaGetLastError());
+  FRUGAL_CUDA(cudaStreamSynchronize(o.s));
+  FRUGAL_CUDA(cudaMemcpy(out, dout, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost));
   return ok_status();
 }
 

@@ -53,6 +53,9 @@ Result<DeviceInfo> device_info(int device = 0);
 // n <= 8 runs the GEMV kernel of the weight's type (for Q8_0/Q4_0/Q4_K/Q6_K the one over 8-bit
 // activations unless float_activations), larger n the cuBLAS path. y [n][w.rows].
 Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations = false);
+// Test hook: the device's greedy token of each of `rows` logits rows (what forward_model writes
+// with `greedy`), out [rows].
+Status greedy_tokens_on_device(const float* logits, int rows, int64_t n_vocab, int32_t* out);
 // Rows ids[i] of w dequantized on the device: y [n][w.cols].
 Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, float* y);
 // Test hook (gemv_q8.cu): the 8-bit activations the integer GEMV reads, as made on the device from

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <cfloat>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,6 +62,46 @@ __global__ void to_half_kernel(const float* __restrict__ x, int64_t n, __half* _
   pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = __float2half_rn(x[i]);
+}
+// Greedy token per logits row, with decode/sampler.h's rule (greedy_token): NaN counts as -inf,
+// +inf as the largest finite float, ties go to the lowest id. One block per row; each thread keeps
+// its best (value, id) over a strided slice, then the block reduces pairs in shared memory.
+__device__ __forceinline__ bool greedy_better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+__global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t n_vocab, int32_t* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
+  constexpr int kThreads = 1024;
+  __shared__ float sv[kThreads];
+  __shared__ int si[kThreads];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
+  float best = -INFINITY;
+  int best_i = INT_MAX;
+  for (int64_t j = threadIdx.x; j < n_vocab; j += kThreads) {
+    float v = row[j];
+    v = v != v ? -INFINITY : fminf(v, FLT_MAX);
+    if (greedy_better(v, static_cast<int>(j), best, best_i)) {
+      best = v;
+      best_i = static_cast<int>(j);
+    }
+  }
+  sv[threadIdx.x] = best;
+  si[threadIdx.x] = best_i;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) {
+      const float v = sv[threadIdx.x + stride];
+      const int i = si[threadIdx.x + stride];
+      if (greedy_better(v, i, sv[threadIdx.x], si[threadIdx.x])) {
+        sv[threadIdx.x] = v;
+        si[threadIdx.x] = i;
+      }
+    }
+    __syncthreads();
+  }
+  // Every value -inf (or NaN): the lowest id, as the host rule gives.
+  if (threadIdx.x == 0) out[blockIdx.x] = si[0] == INT_MAX ? 0 : si[0];
 }
 __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ y) {
   pdl_wait();
@@ -461,6 +502,11 @@ void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s) {
   const unsigned grid = blocks_for(n, 256, "to_half_kernel");
   if (grid == 0) return;
   launch_kernel("to_half_kernel", to_half_kernel, dim3(grid), dim3(256), 0, s, x, n, y);
+}
+void launch_argmax_rows(const float* logits, int n_rows, int64_t n_vocab, int32_t* out, cudaStream_t s) {
+  if (n_rows <= 0) return;
+  launch_kernel("argmax_rows_kernel", argmax_rows_kernel, dim3(static_cast<unsigned>(n_rows)), dim3(1024), 0, s,
+                logits, n_vocab, out);
 }
 void launch_to_bf16(const float* x, int64_t n, void* y, cudaStream_t s) {
   const unsigned grid = blocks_for(n, 256, "to_bf16_kernel");
