@@ -8,6 +8,7 @@
 #   PHASE all: smoke, then bench, in one call (about 5 minutes with the three 8B files to write)
 #   LLAMACPP_BIN: a llama.cpp CUDA build's bin folder (llama-bench, llama-batched-bench), built
 #   outside this repository; without it only frugal is measured.
+#   PHASE prefill / profile: see below (pp512 with and without energy counters; a 64-sequence profile)
 #   PHASE smoke: the CUDA tests, greedy identity with the CPU on stories260K and the default model,
 #                host memory of a GPU run, `serve --device cuda` through the npm clients when node
 #                was carried (.node/node.xz and .node/node_modules.tar.xz: xz'd copies of this
@@ -85,6 +86,30 @@ fi
 
 # ---- bench ----
 LB=${LLAMACPP_BIN:-}
+# PHASE prefill: pp512 per type with and without the energy counters, beside llama-bench's pp512
+# (REUSE_MODELS=1 files from a bench phase); PHASE profile: where a 64-sequence F16 greedy step's
+# GPU time goes (FRUGAL_CUDA_PROFILE=1, eager steps).
+if [ "$PHASE" = prefill ] || [ "$PHASE" = profile ]; then
+  TMP=/dev/shm/frugal-bench
+  for ty in ${BENCH_TYPES:-F16 Q8_0 Q4_K_M}; do
+    M=$TMP/llama8b-$ty.gguf
+    { [ "$PHASE" = prefill ] && [ -s "$M" ]; } || continue
+    step "frugal-$ty-pp512" 120 "$F" bench --device cuda --json -m "$M" -p 512 -n 0 -r 5
+    step "frugal-$ty-pp512-energy" 120 "$F" bench --device cuda --json --energy -m "$M" -p 512 -n 0 -r 5
+    for v in "" -energy; do
+      tr -d '\n ' <"$WORK/frugal-$ty-pp512$v.out" | grep -o '"name":"pp512"\|"avg_ts":[0-9.]*\|"samples_ts":\[[0-9.,]*\]' | tr '\n' ' '
+      echo
+    done
+    [ -n "$LB" ] && [ -x "$LB/llama-bench" ] && step "llama-$ty-pp512" 120 "$LB/llama-bench" -ngl 99 -fa 1 -o json \
+      -m "$M" -p 512 -n 0 -r 5 && tr -d '\n ' <"$WORK/llama-$ty-pp512.out" | grep -o '"avg_ts":[0-9.]*'
+  done
+  if [ "$PHASE" = profile ] && [ -s "$TMP/llama8b-F16.gguf" ]; then
+    step F16-x64-profile 120 env FRUGAL_CUDA_PROFILE=1 "$F" bench --device cuda -m "$TMP/llama8b-F16.gguf" -p 0 -n 16 \
+      -r 1 --parallel 64 -d 16 --greedy
+    tail -n 40 "$WORK/F16-x64-profile.err"
+  fi
+  exit 0
+fi
 HAVE_LLAMA=0
 if [ -n "$LB" ] && [ -x "$LB/llama-bench" ]; then
   HAVE_LLAMA=1

@@ -150,8 +150,10 @@ Result<Rep> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int n_b
   if (hs != nullptr) hs->set_busy(true);
   const double h0 = telemetry::steady_seconds();
   if (hs != nullptr) (void)hs->sample_now(h0);
-  const auto t0 = std::chrono::steady_clock::now();
+  // The counter is read just outside the timed region: an NVML energy read can take
+  // milliseconds, as long as a whole pp512 step on a GPU.
   telemetry::IntervalMeter im(metered ? meter : nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
   FRUGAL_RETURN_IF_ERROR(prefill(depth, depth + n_prompt));
   std::vector<int32_t> next(static_cast<size_t>(n_par));
   for (int& t : next) t = tok(rng);
@@ -166,8 +168,8 @@ Result<Rep> run_once(Model& model, Backend& be, int n_prompt, int n_gen, int n_b
     }
     for (int s = 0; s < n_par; ++s) rep.phase.work.merge(mw.chunk(p, p + 1, 1.0 / n_par));
   }
-  const telemetry::EnergyDelta d = metered ? im.stop() : telemetry::EnergyDelta{};
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const telemetry::EnergyDelta d = metered ? im.stop() : telemetry::EnergyDelta{};
   rep.tokens = n_prompt + static_cast<double>(n_gen) * n_par;
   rep.phase.energy.source = meter != nullptr ? meter->source() : telemetry::EnergySource::kUnavailable;
   if (metered) rep.phase.energy.add(d, 1.0);
@@ -271,6 +273,8 @@ int bench(const BenchArgs& a) {
   }
   telemetry::TelemetryOptions to;
   to.backend = be->name();
+  // Without --energy no sampler thread polls the counters beside the timed steps.
+  if (!a.energy) to.sample_period_s = 0;
   auto tel = telemetry::Telemetry::open(to);
   const telemetry::EnergyMeter& meter = tel->meter();
 

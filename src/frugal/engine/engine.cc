@@ -281,7 +281,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
   auto handle = act->handle;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (stop_) return error(ErrorCode::kNotSupported, "the engine is shutting down");
+    if (stop_) return error(ErrorCode::kOverBudget, "the engine is shutting down");
     if (n_waiting_.load() + static_cast<int>(incoming_.size()) >= opts_.max_waiting) {
       return error(ErrorCode::kOverBudget, "the server is busy: {} requests are already waiting (queue limit {})",
                    n_waiting_.load() + static_cast<int>(incoming_.size()), opts_.max_waiting);

@@ -75,7 +75,7 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Validates and queues. kInvalidArgument for a bad request (empty or too long prompt, bad
-  // sampling or stop options), kOverBudget when the queue is full.
+  // sampling or stop options), kOverBudget when the queue is full or the engine is shutting down.
   Result<std::shared_ptr<RequestHandle>> submit(RequestOptions req);
 
   EngineStats stats() const;

@@ -24,6 +24,9 @@ ApiError server_error(std::string message) { return {500, "api_error", std::move
 ApiError from_status(const Status& st) {
   switch (st.code()) {
     case ErrorCode::kInvalidArgument: return bad_request(st.message());
+    // What this server cannot do for the request (e.g. a KV policy its backend lacks): the
+    // request's to change, so a 4xx in the API's shape, not a server fault.
+    case ErrorCode::kNotSupported: return bad_request(st.message());
     case ErrorCode::kOverBudget: return overloaded(st.message());
     case ErrorCode::kNotFound: return not_found(st.message());
     default: return server_error(st.message());
