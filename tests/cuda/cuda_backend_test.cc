@@ -171,8 +171,11 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
     // same data as in a full run.
     const bool selected = type_selected(std::string(dtype_name(type)));
     Quantized q = make_weight(type, rows, cols, rng);
-    for (int64_t n : {1, 3, 5, 8, 17}) {
+    // 17 and 64 tokens take cuBLAS with K cut into slices (split-K: 8 of 64 at 512 columns, 16 of
+    // 256 at 4096 for these 37 rows), whose partial products one kernel adds.
+    for (int64_t n : {1, 3, 5, 8, 17, 64}) {
       if (cols > 512 && (n == 5 || n == 17)) continue;
+      if (cols <= 512 && n == 64) continue;
       std::normal_distribution<float> nd(0.f, 1.f);
       std::vector<float> x(static_cast<size_t>(n * cols));
       for (auto& v : x) v = nd(rng);
