@@ -56,10 +56,6 @@ struct CublasApi {
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
                             const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
                             cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
-  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                                            const void*, const void*, cudaDataType, int, long long, const void*,
-                                            cudaDataType, int, long long, const void*, void*, cudaDataType, int,
-                                            long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
   decltype(&cublasGetStatusName) status_name = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
 };
@@ -254,10 +250,6 @@ void launch_round(const float* x, int64_t n, float* y, bool bf16, cudaStream_t s
 // out[r] = the greedy token of logits row r (decode/sampler.h: greedy_token), r < n_rows.
 void launch_argmax_rows(const float* logits, int n_rows, int64_t n_vocab, int32_t* out, cudaStream_t s);
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s);
-// y[i] = (accumulate ? y[i] : 0) + sum over s < split of part[s * total + i] (in order of s)
-// + bias[i % rows] (bias may be null), i < total: the sum of a split-K product's slices.
-void launch_split_k_sum(const float* part, int split, int64_t total, int64_t rows, const float* bias,
-                        bool accumulate, float* y, cudaStream_t s);
 void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int round = 0);
 
 struct RopeDev {

@@ -38,7 +38,6 @@ void load_once() {
   bind(lib, "cublasSetStream_v2", g_api.set_stream, missing);
   bind(lib, "cublasSetWorkspace_v2", g_api.set_workspace, missing);
   bind(lib, "cublasGemmEx", g_api.gemm_ex, missing);
-  bind(lib, "cublasGemmStridedBatchedEx", g_api.gemm_strided_batched_ex, missing);
   bind(lib, "cublasGetStatusName", g_api.status_name, missing);
   bind(lib, "cublasGetStatusString", g_api.status_string, missing);
   if (!missing.empty()) {

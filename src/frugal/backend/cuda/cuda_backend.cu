@@ -17,7 +17,6 @@
 #include <cstring>
 #include <initializer_list>
 #include <map>
-#include <tuple>
 #include <vector>
 
 #include "frugal/backend/cuda/common.cuh"
@@ -34,13 +33,6 @@ constexpr int kGemvMaxTokens = 8;    // larger batches go through cuBLAS
 constexpr int kCpuFloatPathMinTokens = 8;  // backend/cpu/matmul.cc: kFloatPathMinTokens
 constexpr int kGraphMaxTokens = 64;  // steps up to this size are captured as graphs
 constexpr size_t kCublasWorkspace = 32u << 20;
-// Split-K (Gemm::split_k): up to this many tokens, at most kSplitMax slices of K, each a multiple
-// of kSplitAlign elements (16-byte aligned operands for the tensor cores); kSplitTileRows is the
-// output rows of one cuBLAS block as the split counts them.
-constexpr int kSplitMaxTokens = 128;
-constexpr int kSplitMax = 16;
-constexpr int kSplitAlign = 64;
-constexpr int kSplitTileRows = 128;
 
 // Host-side conversion for types without a device decoder: F16 rows when the row length allows
 // 16-byte units, else F32.
@@ -128,11 +120,6 @@ class Gemm {
     FRUGAL_CUBLAS(cublas().set_workspace(handle_, workspace_, kCublasWorkspace));
     const char* q8 = std::getenv("FRUGAL_GEMV_Q8");
     q8_ = q8 == nullptr || std::strcmp(q8, "0") != 0;
-    const char* sk = std::getenv("FRUGAL_CUDA_SPLITK");
-    split_k_ = sk == nullptr || std::strcmp(sk, "0") != 0;
-    int dev = 0;
-    FRUGAL_CUDA(cudaGetDevice(&dev));
-    FRUGAL_CUDA(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, dev));
     return ok_status();
   }
   ~Gemm() {
@@ -141,7 +128,6 @@ class Gemm {
     cudaFree(dq_);
     cudaFree(act_);
     cudaFree(qact_);
-    cudaFree(part_);
   }
 
   Status upload(const WeightTensor& w, const std::string& name, DeviceArena& arena, DevWeight* out,
@@ -190,15 +176,6 @@ class Gemm {
       act_ = nullptr;
       FRUGAL_CUDA(cudaMalloc(&act_, act * 4));
       act_cap_ = act;
-    }
-    // split_k() keeps split x rows within n_sm x kSplitTileRows, so this bounds every split's partials.
-    const size_t part = static_cast<size_t>(std::max(n_sm_, 1)) * kSplitTileRows *
-                        static_cast<size_t>(std::min<int64_t>(n_tokens, kSplitMaxTokens));
-    if (split_k_ && part > part_cap_) {
-      cudaFree(part_);
-      part_ = nullptr;
-      FRUGAL_CUDA(cudaMalloc(&part_, part * sizeof(float)));
-      part_cap_ = part;
     }
     return ok_status();
   }
@@ -348,7 +325,7 @@ class Gemm {
   }
 
   // x [n][cols] as 2-byte operands in act_, converted once per input: Q, K and V (gate and up)
-  // read the same input, and converting it per product cost as much as the K and V GEMMs at n = 64.
+  // read the same input (a 64-sequence F16 step on the H200 ran 224 conversions of ~4.5 us, 129 so).
   void half_input(const float* x, int64_t xn, bool bf16) {
     if (half_src_ == x && half_n_ == xn && half_bf16_ == bf16) return;
     if (bf16) {
@@ -359,92 +336,6 @@ class Gemm {
     half_src_ = x;
     half_n_ = xn;
     half_bf16_ = bf16;
-  }
-
-  // How many slices of K a product is cut into. cuBLAS tiles the output in blocks of about 128
-  // rows x 128 tokens, one block per multiprocessor: at decode-like batches a 4096-row weight gives
-  // 32 blocks for 132 multiprocessors and read at 0.6 TB/s on the H200 (1024 rows: 0.4 TB/s).
-  // Slices multiply the blocks; each writes its partial products, which one kernel then adds.
-  int split_k(int64_t rows, int n, int64_t k) const {
-    if (!split_k_ || n > kSplitMaxTokens || part_ == nullptr) return 1;
-    const int64_t blocks = ((rows + kSplitTileRows - 1) / kSplitTileRows) * ((n + 127) / 128);
-    int split = 1;
-    while (split * 2 <= kSplitMax && blocks * split * 2 <= n_sm_ && k % (split * 2 * kSplitAlign) == 0 &&
-           static_cast<size_t>(rows) * n * split * 2 <= part_cap_) {
-      split *= 2;
-    }
-    return split;
-  }
-
-  // Whether a product shape runs faster cut into `split` slices or whole, timed once on the device
-  // the first time the shape runs (an eager step: graphs are captured from a shape's second run)
-  // and remembered. Measured on the H200 at 64 tokens, the slices won for 1024 x 4096 (8.9 vs
-  // 21.5 us) and 4096 x 14336 (36.7 vs 44.8 us) and lost for 4096 x 4096 (83 vs 56 us), so no
-  // fixed rule over the shape would do. Both variants write into part_; the real product follows.
-  int tuned_split(const DevWeight& w, const void* a, cudaDataType at, int64_t lda, const void* b, cudaDataType bt,
-                  int n, int split) {
-    const auto key = std::make_tuple(w.rows, n, w.cols, static_cast<int>(at));
-    auto it = split_choice_.find(key);
-    if (it != split_choice_.end()) return it->second;
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream_, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) return split;
-    cudaEvent_t ev[3] = {nullptr, nullptr, nullptr};
-    for (auto& e : ev) {
-      if (cudaEventCreate(&e) != cudaSuccess) e = nullptr;
-    }
-    int choice = split;
-    if (ev[0] != nullptr && ev[1] != nullptr && ev[2] != nullptr) {
-      constexpr int kReps = 3;
-      const float alpha = 1.f, beta = 0.f;
-      cudaEventRecord(ev[0], stream_);
-      for (int r = 0; r < kReps; ++r) {
-        (void)cublas().gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n, static_cast<int>(w.cols),
-                               &alpha, a, at, static_cast<int>(lda), b, bt, static_cast<int>(w.cols), &beta, part_,
-                               CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      }
-      cudaEventRecord(ev[1], stream_);
-      for (int r = 0; r < kReps; ++r) {
-        cublas_split_k(w, a, at, lda, b, bt, n, part_ + static_cast<size_t>(split - 1) * w.rows * n, nullptr, false,
-                       split);
-      }
-      cudaEventRecord(ev[2], stream_);
-      float whole_ms = 0, sliced_ms = 0;
-      if (cudaEventSynchronize(ev[2]) == cudaSuccess && cudaEventElapsedTime(&whole_ms, ev[0], ev[1]) == cudaSuccess &&
-          cudaEventElapsedTime(&sliced_ms, ev[1], ev[2]) == cudaSuccess) {
-        choice = sliced_ms < whole_ms ? split : 1;
-        trace(1, "split-K ", w.rows, "x", w.cols, " n=", n, ": whole ", static_cast<int64_t>(whole_ms * 1e6f / kReps),
-              " ns, ", split, " slices ", static_cast<int64_t>(sliced_ms * 1e6f / kReps), " ns");
-      }
-    }
-    for (auto& e : ev) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
-    split_choice_[key] = choice;
-    return choice;
-  }
-
-  // y (+)= x W^T (+ bias) as `split` products over slices of K (one strided-batched call) into
-  // part_, then one kernel adds the slices in a fixed order (deterministic) into y.
-  void cublas_split_k(const DevWeight& w, const void* a, cudaDataType at, int64_t lda, const void* b, cudaDataType bt,
-                      int n, float* y, const float* bias, bool acc, int split) {
-    const float alpha = 1.f, beta = 0.f;
-    const int64_t kc = w.cols / split;
-    const cublasStatus_t st = cublas().gemm_strided_batched_ex(
-        handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n, static_cast<int>(kc), &alpha, a, at,
-        static_cast<int>(lda), kc, b, bt, static_cast<int>(w.cols), kc, &beta, part_, CUDA_R_32F,
-        static_cast<int>(w.rows), static_cast<long long>(w.rows) * n, split, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      set_error(cublas_status(st, "cublasGemmStridedBatchedEx").message() +
-                cat(" [split-K ", split, ", m ", w.rows, ", n ", n, ", k ", kc, ", lda ", lda, ", weight ",
-                    std::string(dtype_name(w.type)), "]"));
-      return;
-    }
-    if (profiling()) {
-      profile_label(cat("cublasGemmStridedBatchedEx ", std::string(dtype_name(w.type)), " ", w.rows, "x", w.cols,
-                        " n=", n, " split ", split), 0);
-    }
-    if (sync_each_launch() || profiling()) after_launch("cublasGemmStridedBatchedEx", dim3(1), dim3(1), stream_);
-    launch_split_k_sum(part_, split, static_cast<int64_t>(n) * w.rows, w.rows, bias, acc, y, stream_);
   }
 
   void cublas_run(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool acc) {
@@ -497,12 +388,6 @@ class Gemm {
         half_input(x, xn, false);
         b = act_;
         break;
-    }
-    int split = split_k(w.rows, n, w.cols);
-    if (split > 1) split = tuned_split(w, a, at, lda, b, bt, n, split);
-    if (split > 1) {
-      cublas_split_k(w, a, at, lda, b, bt, n, y, bias, acc, split);
-      return;
     }
     if (trace_level() >= 3) {
       trace(3, "cublasGemmEx(T, N, m ", w.rows, ", n ", n, ", k ", w.cols, ", lda ", lda, ", weight ",
@@ -561,11 +446,6 @@ class Gemm {
   size_t dq_need_ = 0, dq_cap_ = 0, act_need_ = 0, act_cap_ = 0;
   bool fuse_ = true;
   bool q8_ = true;
-  bool split_k_ = true;  // FRUGAL_CUDA_SPLITK=0 turns split-K off (for comparison)
-  int n_sm_ = 0;
-  float* part_ = nullptr;  // split-K partial products [split][n][rows]
-  size_t part_cap_ = 0;
-  std::map<std::tuple<int64_t, int, int64_t, int>, int> split_choice_;  // (rows, n, k, type): tuned_split
   const float* half_src_ = nullptr;  // input whose 2-byte copy act_ holds (half_input)
   int64_t half_n_ = 0;
   bool half_bf16_ = false;

@@ -518,24 +518,6 @@ void launch_round(const float* x, int64_t n, float* y, bool bf16, cudaStream_t s
   if (grid == 0) return;
   launch_kernel("round_kernel", round_kernel, dim3(grid), dim3(256), 0, s, x, n, y, bf16 ? 1 : 0);
 }
-__global__ void split_k_sum_kernel(const float* __restrict__ part, int split, int64_t total, int64_t rows,
-                                   const float* __restrict__ bias, int accumulate, float* __restrict__ y) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  float v = 0.f;
-  for (int s = 0; s < split; ++s) v += part[static_cast<int64_t>(s) * total + i];
-  if (bias != nullptr) v += bias[i % rows];
-  y[i] = accumulate ? y[i] + v : v;
-}
-void launch_split_k_sum(const float* part, int split, int64_t total, int64_t rows, const float* bias,
-                        bool accumulate, float* y, cudaStream_t s) {
-  const unsigned grid = blocks_for(total, 256, "split_k_sum_kernel");
-  if (grid == 0) return;
-  launch_kernel("split_k_sum_kernel", split_k_sum_kernel, dim3(grid), dim3(256), 0, s, part, split, total, rows, bias,
-                accumulate ? 1 : 0, y);
-}
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s) {
   const unsigned grid = blocks_for(n * rows, 256, "add_bias_kernel");
   if (grid == 0) return;
