@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The energy-scaling study on one GPU: decode J/token against context length (1k..64k) and against
 # batch size (1..64) for MHA, GQA and GQA+SWA shapes of one model size, repeated runs, and frugal
-# against llama.cpp with both measured by NVML. Nothing here has been run yet: docs/energy.md says
-# what to do with the results.
+# against llama.cpp with both measured by NVML. Not yet run to the end (a first run on 2026-12-04
+# archived its model files after every step, fixed below): docs/energy.md says what to do with the
+# results.
 #
 # Prepare here:  cmake -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C build-cuda
 #                BUILD=build-cuda bench/cuda_h200.sh --pack      (frugal and its libraries -> .cudabench/)
@@ -61,7 +62,9 @@ step() {
 step nvml-check 30 "$F" meter --device cuda -- sleep 1
 grep -q '"source":"nvml"' "$WORK/nvml-check.json" || { say "NVML energy counter unavailable:"; cat "$WORK/nvml-check.json"; }
 
-TMP=${MODELS_DIR:-$WORK/models}
+# Outside $WORK: pack() archives $WORK after every step, and with the model files in it each pack
+# compressed gigabytes (the first run on an H200 spent its whole budget there).
+TMP=${MODELS_DIR:-${TMPDIR:-/tmp}/energybench-models}
 mkdir -p "$TMP"
 synth() {  # synth NAME ARGS: one shape, F16, context long enough for 64k + the test
   [ -f "$TMP/$1.gguf" ] || step "synth-$1" 240 "$F" synth --preset tinyllama-1.1b --type F16 --ctx 70000 -t 8 \
