@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "frugal/backend/cuda/cuda_backend.h"
-#include "frugal/decode/sampler.h"
+#include "frugal/core/greedy_token.h"
 #include "frugal/model/model.h"
 #include "frugal/core/half.h"
 #include "frugal/quant/blocks.h"

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "frugal/decode/sampler.h"
+#include "frugal/core/greedy_token.h"
 #include "frugal/engine/generate.h"
 #include "frugal/model/model.h"
 #include "frugal/tokenize/tokenizer.h"

@@ -77,7 +77,7 @@ class Backend {
   // A backend that keeps weights, activations and its own KV cache in device memory (cuda) runs
   // the whole forward pass itself and returns true after writing the logits; Model::forward then
   // skips its op-by-op path. With `greedy` given it writes instead, per logit row, the greedy token
-  // (decode/sampler.h: greedy_token) and no logits (`logits` may then be null): a greedy step of
+  // (core/greedy_token.h) and no logits (`logits` may then be null): a greedy step of
   // many sequences moves n_logits ids off the device rather than n_logits x n_vocab floats. The
   // default declines.
   virtual Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,

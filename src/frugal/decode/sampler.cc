@@ -183,19 +183,6 @@ void Sampler::reset() {
   rng_.seed(seed_);
 }
 
-TokenId greedy_token(std::span<const float> logits) {
-  TokenId best = 0;
-  float best_v = logits.empty() ? kNegInf : sanitize(logits[0]);
-  for (size_t i = 1; i < logits.size(); ++i) {
-    const float v = sanitize(logits[i]);
-    if (v > best_v) {  // strict: ties stay with the lower id
-      best_v = v;
-      best = static_cast<TokenId>(i);
-    }
-  }
-  return best;
-}
-
 namespace {
 bool penalties_off(const SamplingParams& p) {
   return p.repeat_last_n == 0 || (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);

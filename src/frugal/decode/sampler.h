@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "frugal/core/greedy_token.h"
 #include "frugal/core/status.h"
 
 namespace frugal {
@@ -35,11 +36,8 @@ struct SamplingParams {
 // kInvalidArgument naming the field (e.g. "sampling: top_p = 1.5 is outside (0, 1]").
 Status validate(const SamplingParams& params);
 
-// The greedy token of one logits row: the largest value, NaN counting as -inf and +inf as the
-// largest finite float, ties to the lowest id (0 when every value is -inf or NaN). What a
-// Sampler picks at temperature 0 without penalties; the CUDA backend's device argmax follows it.
-TokenId greedy_token(std::span<const float> logits);
-// True when this request's token is greedy_token of the raw logits (temperature 0, no penalties):
+// True when this request's token is greedy_token (core/greedy_token.h) of the raw logits
+// (temperature 0, no penalties):
 // the engine may then ask the backend for the token instead of the logits.
 bool picks_greedy_token(const SamplingParams& params);
 

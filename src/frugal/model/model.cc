@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "frugal/backend/cpu/repack.h"
-#include "frugal/decode/sampler.h"
+#include "frugal/core/greedy_token.h"
 #include "frugal/model/architecture.h"
 
 namespace frugal {

@@ -103,7 +103,7 @@ class Model {
   Status forward(const Batch& batch, KvCache& kv, Backend& backend, float* logits,
                  AttentionObserver* observer = nullptr);
   // The same step, writing for each row that asked for logits only its greedy token
-  // (decode/sampler.h: greedy_token) to `tokens`, in the same order. The token is the one a
+  // (core/greedy_token.h) to `tokens`, in the same order. The token is the one a
   // temperature-0 sampler without penalties picks from forward()'s logits; a backend that runs
   // the pass on a device (forward_model) picks it there and copies no logits back.
   Status forward_greedy(const Batch& batch, KvCache& kv, Backend& backend, int32_t* tokens,

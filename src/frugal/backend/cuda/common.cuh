@@ -247,7 +247,7 @@ void launch_rms_norm(const float* x, const float* w, int64_t rows, int dim, floa
 void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s);
 void launch_to_bf16(const float* x, int64_t n, void* y, cudaStream_t s);
 void launch_round(const float* x, int64_t n, float* y, bool bf16, cudaStream_t s);
-// out[r] = the greedy token of logits row r (decode/sampler.h: greedy_token), r < n_rows.
+// out[r] = the greedy token of logits row r (core/greedy_token.h), r < n_rows.
 void launch_argmax_rows(const float* logits, int n_rows, int64_t n_vocab, int32_t* out, cudaStream_t s);
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s);
 void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int round = 0);

@@ -63,7 +63,7 @@ __global__ void to_half_kernel(const float* __restrict__ x, int64_t n, __half* _
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = __float2half_rn(x[i]);
 }
-// Greedy token per logits row, with decode/sampler.h's rule (greedy_token): NaN counts as -inf,
+// Greedy token per logits row, with core/greedy_token.h's rule: NaN counts as -inf,
 // +inf as the largest finite float, ties go to the lowest id. One block per row; each thread keeps
 // its best (value, id) over a strided slice, then the block reduces pairs in shared memory.
 __device__ __forceinline__ bool greedy_better(float v, int i, float bv, int bi) {
