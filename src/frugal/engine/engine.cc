@@ -7,6 +7,8 @@
 #include <optional>
 
 #include "frugal/core/half.h"
+#include "frugal/decode/speculative/acceptance.h"
+#include "frugal/decode/speculative/draft_length.h"
 
 namespace frugal {
 
@@ -41,6 +43,11 @@ struct Engine::Active {
   double arrival = 0, admitted = -1, first_token = -1, last_token = -1;
   int64_t cached = 0, prefill_tokens = 0, decode_forwards = 0, generated = 0;
   telemetry::PhaseRecord prefill_rec, decode_rec;
+  // Speculative decoding, when the request has it: the drafter's sampler (the request's transform
+  // with a generator of its own, so drafting never moves the target's stream) and draft length.
+  std::optional<Sampler> draft_sampler;
+  std::optional<speculative::DraftLength> draft_len;
+  SpeculativeStats spec;
   ModelWork own_work;  // with its own KV state: its cache's bytes per position
 };
 
@@ -133,12 +140,37 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   }
   KvCacheOptions ko = model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype);
   ko.n_pages = n_pages;
+  std::unique_ptr<speculative::Drafter> drafter;
+  if (opts.spec.method != speculative::Method::kNone) {
+    const char* method = speculative::method_name(opts.spec.method);
+    // Verification rolls rejected tokens back out of the host page tables; a device-resident
+    // cache has no such rollback yet.
+    if (!paged) {
+      return error(ErrorCode::kNotSupported, "speculative decoding (--spec {}) runs on the cpu backend, not {}", method,
+                   backend.name());
+    }
+    if (needs_own_kv(opts.kv)) {
+      return error(ErrorCode::kNotSupported,
+                   "speculative decoding (--spec {}) needs a keep-everything unquantized KV cache, not kv policy '{}' "
+                   "with kv-quant {} and a per-sequence kv-memory of {} bytes: rejected draft tokens cannot be rolled "
+                   "back out of an evicted or quantized cache",
+                   method, opts.kv.policy, kv_quant_name(opts.kv.quant), opts.kv.memory);
+    }
+    speculative::DrafterContext dc;
+    dc.target = &model;
+    dc.backend = &backend;
+    dc.n_slots = opts.n_parallel;
+    dc.capacity = static_cast<int32_t>(capacity);
+    dc.kv_dtype = opts.kv_dtype;
+    FRUGAL_ASSIGN_OR_RETURN(drafter, speculative::make_drafter(opts.spec, dc));
+  }
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(ko));
-  return std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv), static_cast<int32_t>(capacity)));
+  return std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv), static_cast<int32_t>(capacity),
+                                            std::move(drafter)));
 }
 
 Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const EngineOptions& opts, KvCache kv,
-               int32_t slot_capacity)
+               int32_t slot_capacity, std::unique_ptr<speculative::Drafter> drafter)
     : model_(model),
       tok_(tok),
       backend_(backend),
@@ -162,7 +194,12 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
     pieces_[v] = tok.piece(id, false);
     blocked_[v] = (tok.is_control(id) && !tok.is_eog(id)) || (pieces_[v].empty() && !tok.is_eog(id));
   }
-  logits_.resize(static_cast<size_t>(opts.n_parallel) * n_vocab);
+  drafter_ = std::move(drafter);
+  // A speculating sequence asks for logits at its last token and at each of up to k drafts.
+  const size_t rows_per_slot = drafter_ ? 1 + static_cast<size_t>(opts.spec.k) : 1;
+  logits_.resize(static_cast<size_t>(opts.n_parallel) * rows_per_slot * n_vocab);
+  drafts_.resize(static_cast<size_t>(opts.n_parallel));
+  spec_probs_.resize(n_vocab);
   masked_.resize(n_vocab);
   const auto& ko = kv_.options();
   kbuf_.resize(static_cast<size_t>(ko.n_head_kv) * ko.head_dim);
@@ -266,8 +303,25 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
     shape.dtype = opts_.kv_dtype;
     FRUGAL_ASSIGN_OR_RETURN(own, make_sequence_kv(model_, kv, shape));
   }
+  bool speculate = false;
+  if (req.speculative.value_or(true)) {
+    const std::string why = speculation_refusal(req, own != nullptr, evictor != nullptr);
+    speculate = why.empty();
+    // Asked for explicitly, a refusal is the request's error; by default it decodes plainly.
+    if (!speculate && req.speculative.value_or(false)) {
+      return error(ErrorCode::kInvalidArgument, "speculative: {}", why);
+    }
+  }
   const SeqId id = next_id_.fetch_add(1);
   auto act = std::make_unique<Active>(id, std::move(req), tok_, std::move(so), n_vocab);
+  if (speculate) {
+    SamplingParams dp = act->req.sampling;
+    dp.seed = act->sampler.seed() ^ 0x5bd1e9955bd1e995ull;
+    if (dp.seed == kSeedFromTime) dp.seed = 0;
+    act->draft_sampler.emplace(dp, n_vocab);
+    act->draft_len.emplace(opts_.spec.k, drafter_->cost_ratio());
+    act->spec.method = speculative::method_name(drafter_->method());
+  }
   act->prefill_rec.energy.source = tel_->meter().source();
   act->decode_rec.energy.source = tel_->meter().source();
   act->own_work = model_work(model_, opts_.kv_dtype, kv.quant);
@@ -351,6 +405,7 @@ void Engine::step() {
     }
   }
   if (uses_pool()) reserve_pages(plan);
+  if (drafter_) draft(plan);
 
   // Sequences in the shared slot cache go through one forward pass together; a sequence with a
   // KV state of its own (eviction, quantization) through one pass on its own cache.
@@ -373,6 +428,10 @@ void Engine::step() {
     for (int32_t p = it.begin; p < it.end; ++p) {
       batch_.add(toks[static_cast<size_t>(p)], p, it.slot, it.logits && p + 1 == it.end);
     }
+    // A draft continues the sequence in the same pass, with the target's logits at every token.
+    const std::vector<TokenId>& drafted = drafts_[static_cast<size_t>(it.slot)].tokens;
+    for (size_t j = 0; j < drafted.size(); ++j) batch_.add(drafted[j], it.end + static_cast<int32_t>(j), it.slot, true);
+    step_tokens += static_cast<int64_t>(drafted.size());
   }
   // The step's energy: one counter interval around all of its passes (none when nothing runs or
   // there is no counter), shared among its sequences by tokens below.
@@ -392,7 +451,8 @@ void Engine::step() {
     Active& r = *active_.at(it.id);
     const bool own = r.own != nullptr;
     const Status st = own ? forward_own(r, it) : shared_st;
-    const float* out = own ? r.own_logits.data() : it.logits ? logits_.data() + row++ * n_vocab : nullptr;
+    const float* out = own ? r.own_logits.data() : it.logits ? logits_.data() + row * n_vocab : nullptr;
+    if (!own && it.logits) row += 1 + drafts_[static_cast<size_t>(it.slot)].tokens.size();
     if (!st.ok()) {
       finish(it.id, FinishReason::kError, st);  // `r` is gone from here on
       if (!own) {
@@ -421,11 +481,17 @@ void Engine::step() {
       r.peak_held_bytes = std::max(r.peak_held_bytes, static_cast<uint64_t>(kv_.pages_held(it.slot)) * kv_.page_bytes());
     }
     // A sequence on its own KV state ran a pass of its own: all of that pass's weight reads are its.
-    const double share = static_cast<double>(it.end - it.begin) / static_cast<double>(std::max<int64_t>(step_tokens, 1));
+    const auto n_drafted = static_cast<int32_t>(drafts_[static_cast<size_t>(it.slot)].tokens.size());
+    const double share =
+        static_cast<double>(it.end - it.begin + n_drafted) / static_cast<double>(std::max<int64_t>(step_tokens, 1));
     telemetry::PhaseRecord& rec = prefill ? r.prefill_rec : r.decode_rec;
-    rec.work.merge(r.own ? r.own_work.chunk(it.begin, it.end, 1.0) : work_.chunk(it.begin, it.end, share));
+    rec.work.merge(r.own ? r.own_work.chunk(it.begin, it.end, 1.0) : work_.chunk(it.begin, it.end + n_drafted, share));
     if (metered) rec.energy.add(step_energy, share);
-    if (it.logits) on_logits(r, rows[i]);
+    if (it.logits && n_drafted > 0) {
+      verify(r, it, rows[i]);
+    } else if (it.logits) {
+      on_logits(r, rows[i]);
+    }
   }
   {
     std::unique_lock<std::mutex> lk(mu_);
@@ -606,14 +672,15 @@ TokenId Engine::pick_token(Active& r, const float* logits) {
   return r.sampler.sample(masked_.data(), history);
 }
 
-void Engine::on_logits(Active& r, const float* logits) {
+void Engine::on_logits(Active& r, const float* logits) { (void)emit(r, pick_token(r, logits), logits); }
+
+bool Engine::emit(Active& r, TokenId t, const float* logits) {
   const double now = now_s();
   if (r.first_token < 0) {
     r.first_token = now;
     if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
   }
   r.last_token = now;
-  const TokenId t = pick_token(r, logits);
   TokenOutput out;
   out.id = t;
   out.piece = pieces_[static_cast<size_t>(t)];
@@ -637,15 +704,130 @@ void Engine::on_logits(Active& r, const float* logits) {
                             : u.reason == StopReason::kStopString ? FinishReason::kStop
                                                                   : FinishReason::kLength;
     finish(r.id, fr);
-    return;
+    return false;
   }
   if (!sched_.append(r.id, t)) {
     StopUpdate rest = r.stop.finish();
     r.handle->push(u.text + rest.text + r.detok.finish(), &out);
     finish(r.id, FinishReason::kContext);
-    return;
+    return false;
   }
   r.handle->push(u.text, &out);
+  return true;
+}
+
+std::string Engine::speculation_refusal(const RequestOptions& req, bool own_kv, bool evicts) const {
+  if (!drafter_) return "this engine runs without a drafter (start it with --spec draft or --spec ngram)";
+  if (req.json_schema) {
+    return "speculative decoding does not run under a JSON schema constraint (drafts are not masked by the grammar); "
+           "send \"speculative\": false or drop the schema";
+  }
+  if (own_kv || evicts) {
+    const KvPolicyOptions& kv = req.kv ? *req.kv : opts_.kv;
+    return fmt::format(
+        "speculative decoding needs a keep-everything unquantized KV cache, not kv policy '{}' with kv-quant {}: "
+        "rejected draft tokens cannot be rolled back out of an evicted or quantized cache",
+        kv.policy, kv_quant_name(kv.quant));
+  }
+  return {};
+}
+
+void Engine::draft(const StepPlan& plan) {
+  for (auto& d : drafts_) {
+    d.tokens.clear();
+    d.q.clear();
+  }
+  std::vector<speculative::DraftSequence> seqs;
+  std::vector<int> slots;
+  int32_t budget = opts_.max_step_tokens - plan.n_tokens();
+  for (const auto& it : plan.items) {
+    if (!sched_.is_running(it.id)) continue;
+    Active& r = *active_.at(it.id);
+    // Decoding steps only: one token, the last sampled, whose logits pick the next.
+    if (!r.draft_len || !it.logits || it.end - it.begin != 1 || it.begin < sched_.n_prompt(it.id)) continue;
+    const auto toks = sched_.tokens(it.id);
+    int32_t k = r.draft_len->next();
+    k = std::min<int32_t>(k, slot_capacity_ - static_cast<int32_t>(toks.size()));  // rows for every draft
+    if (r.req.max_tokens >= 0) k = std::min<int32_t>(k, r.req.max_tokens - static_cast<int32_t>(r.generated) - 1);
+    k = std::min(k, budget);
+    if (k <= 0) continue;
+    // Drafts only use free pages: they never preempt or drop a cached prefix.
+    if (uses_pool() && !kv_.reserve(it.slot, 1 + k).ok()) continue;
+    budget -= k;
+    seqs.push_back({it.slot, toks, k, &*r.draft_sampler});
+    slots.push_back(it.slot);
+  }
+  if (seqs.empty()) return;
+  std::vector<speculative::Draft> out(seqs.size());
+  const Status st = drafter_->propose(seqs, out);
+  if (!st.ok()) {
+    // The draft model failed (a broken draft file, not the request): its sequences end with why.
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      auto found = std::find_if(active_.begin(), active_.end(),
+                                [&](const auto& a) { return sched_.slot_of(a.first) == slots[i]; });
+      if (found == active_.end()) continue;
+      finish(found->first, FinishReason::kError, st.with_context("speculative drafter"));
+    }
+    return;
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (static_cast<int32_t>(out[i].tokens.size()) > seqs[i].max_tokens) out[i].tokens.resize(static_cast<size_t>(seqs[i].max_tokens));
+    drafts_[static_cast<size_t>(slots[i])] = std::move(out[i]);
+  }
+}
+
+void Engine::verify(Active& r, const StepItem& it, const float* logits) {
+  const speculative::Draft& d = drafts_[static_cast<size_t>(it.slot)];
+  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  const auto n_drafted = static_cast<int32_t>(d.tokens.size());
+  const auto toks = sched_.tokens(r.id);
+  const auto n_tok = static_cast<int32_t>(toks.size());  // == it.end: the last token was just computed
+  spec_history_.assign(toks.begin(), toks.end());
+  spec_history_.insert(spec_history_.end(), d.tokens.begin(), d.tokens.end());
+  const bool greedy = !(r.req.sampling.temperature > 0.0f);
+  int32_t accepted = 0;
+  TokenId next = -1;
+  for (int32_t i = 0; i <= n_drafted; ++i) {
+    const float* row = logits + static_cast<size_t>(i) * n_vocab;
+    const std::span<const TokenId> history(spec_history_.data(), static_cast<size_t>(n_tok + i));
+    if (greedy) {
+      // Exactly plain decoding's choice at this position: the argmax after penalties.
+      const TokenId t = r.sampler.sample(row, history);
+      if (i < n_drafted && t == d.tokens[static_cast<size_t>(i)]) {
+        ++accepted;
+        continue;
+      }
+      next = t;
+      break;
+    }
+    r.sampler.distribution(row, history, spec_probs_.data());
+    if (i == n_drafted) {  // every draft kept: one more token from the target's last row
+      next = speculative::sample_distribution(spec_probs_, r.sampler.uniform());
+      break;
+    }
+    const TokenId x = d.tokens[static_cast<size_t>(i)];
+    const std::span<const float> q = d.q_row(static_cast<size_t>(i), n_vocab);
+    if (speculative::accept_draft_token(spec_probs_, q, x, r.sampler.uniform())) {
+      ++accepted;
+      continue;
+    }
+    next = speculative::sample_residual(spec_probs_, q, x, r.sampler.uniform());
+    break;
+  }
+  // Rows of rejected drafts go; positions < n_tok + accepted are the sequence's tokens so far.
+  kv_.truncate(it.slot, n_tok + accepted);
+  r.draft_len->update(n_drafted, accepted);
+  ++r.spec.passes;
+  r.spec.drafted += n_drafted;
+  r.spec.accepted += accepted;
+  const SeqId id = r.id;
+  for (int32_t j = 0; j <= accepted; ++j) {
+    const TokenId t = j < accepted ? d.tokens[static_cast<size_t>(j)] : next;
+    ++r.spec.emitted;
+    if (!emit(r, t, logits + static_cast<size_t>(j) * n_vocab)) return;  // ended: `r` is gone
+    // A kept draft's row is in the cache already; the target's own token is fed next step.
+    if (j < accepted) sched_.set_computed(id, n_tok + j + 1);
+  }
 }
 
 void Engine::finish(SeqId id, FinishReason reason, Status err) {
@@ -663,6 +845,7 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   f.prompt_tokens = static_cast<int64_t>(r.req.prompt.size());
   f.generated_tokens = r.generated;
   f.seed = r.sampler.seed();
+  f.speculative = r.spec;
   RequestTimings& t = f.timings;
   const double admitted = r.admitted >= 0 ? r.admitted : now;
   t.queue_ms = (admitted - r.arrival) * 1e3;
@@ -674,7 +857,8 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   }
   t.total_ms = (now - r.arrival) * 1e3;
   t.prefill_tokens = r.prefill_tokens;
-  t.decode_tokens = r.decode_forwards;
+  // Decode tokens: one per plain pass, and what each verify pass produced.
+  t.decode_tokens = r.decode_forwards - r.spec.passes + r.spec.emitted;
   t.cached_tokens = r.cached;
   t.prefill = r.prefill_rec;
   t.decode = r.decode_rec;
