@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "frugal/core/half.h"
-#include "frugal/decode/speculative/acceptance.h"
 #include "frugal/decode/speculative/draft_length.h"
+#include "frugal/decode/speculative/verify.h"
 
 namespace frugal {
 
@@ -784,36 +784,10 @@ void Engine::verify(Active& r, const StepItem& it, const float* logits) {
   const auto n_tok = static_cast<int32_t>(toks.size());  // == it.end: the last token was just computed
   spec_history_.assign(toks.begin(), toks.end());
   spec_history_.insert(spec_history_.end(), d.tokens.begin(), d.tokens.end());
-  const bool greedy = !(r.req.sampling.temperature > 0.0f);
-  int32_t accepted = 0;
-  TokenId next = -1;
-  for (int32_t i = 0; i <= n_drafted; ++i) {
-    const float* row = logits + static_cast<size_t>(i) * n_vocab;
-    const std::span<const TokenId> history(spec_history_.data(), static_cast<size_t>(n_tok + i));
-    if (greedy) {
-      // Exactly plain decoding's choice at this position: the argmax after penalties.
-      const TokenId t = r.sampler.sample(row, history);
-      if (i < n_drafted && t == d.tokens[static_cast<size_t>(i)]) {
-        ++accepted;
-        continue;
-      }
-      next = t;
-      break;
-    }
-    r.sampler.distribution(row, history, spec_probs_.data());
-    if (i == n_drafted) {  // every draft kept: one more token from the target's last row
-      next = speculative::sample_distribution(spec_probs_, r.sampler.uniform());
-      break;
-    }
-    const TokenId x = d.tokens[static_cast<size_t>(i)];
-    const std::span<const float> q = d.q_row(static_cast<size_t>(i), n_vocab);
-    if (speculative::accept_draft_token(spec_probs_, q, x, r.sampler.uniform())) {
-      ++accepted;
-      continue;
-    }
-    next = speculative::sample_residual(spec_probs_, q, x, r.sampler.uniform());
-    break;
-  }
+  const speculative::Verdict v =
+      speculative::verify_draft(logits, n_vocab, spec_history_, d, r.sampler, spec_probs_);
+  const int32_t accepted = v.accepted;
+  const TokenId next = v.next;
   // Rows of rejected drafts go; positions < n_tok + accepted are the sequence's tokens so far.
   kv_.truncate(it.slot, n_tok + accepted);
   r.draft_len->update(n_drafted, accepted);
