@@ -438,6 +438,9 @@ void Engine::step() {
   const bool metered = !items.empty() && tel_->meter().source() != telemetry::EnergySource::kUnavailable;
   if (!items.empty() && tel_->sampler() != nullptr) tel_->sampler()->set_busy(true);
   telemetry::IntervalMeter step_meter(metered ? &tel_->meter() : nullptr);
+  // A step carrying drafts computes every row as one-token decoding would (Batch::row_invariant),
+  // so greedy verification keeps exactly plain decoding's tokens.
+  batch_.row_invariant = std::any_of(drafts_.begin(), drafts_.end(), [](const auto& d) { return !d.tokens.empty(); });
   Status shared_st = ok_status();
   if (batch_.size() > 0) {
     SlotObservers observers(slot_observers_);

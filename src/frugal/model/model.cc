@@ -222,7 +222,15 @@ void Model::layer_forward(int il, const LayerStep& step) {
   be.rms_norm(w.x.data(), L.ffn_norm.data(), n, c.n_embd, c.rms_eps, w.h.data());
   be.matmul(L.w_gate, w.h.data(), n, w.gate.data());
   be.matmul(L.w_up, w.h.data(), n, w.up.data());
-  be.swiglu(w.gate.data(), w.up.data(), n * c.n_ff, w.gate.data());
+  if (batch.row_invariant) {
+    // One call per token, as a one-token pass makes it: where a call splits its elements between
+    // vector code and a scalar tail depends on the call's length.
+    for (int64_t t = 0; t < n; ++t) {
+      be.swiglu(w.gate.data() + t * c.n_ff, w.up.data() + t * c.n_ff, c.n_ff, w.gate.data() + t * c.n_ff);
+    }
+  } else {
+    be.swiglu(w.gate.data(), w.up.data(), n * c.n_ff, w.gate.data());
+  }
   be.matmul(L.w_down, w.gate.data(), n, w.o.data());
   be.add(w.x.data(), w.o.data(), n * c.n_embd);
 }
@@ -252,6 +260,12 @@ Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logit
   }
   ensure_workspace(n);
   Workspace& w = *ws_;
+  // Back to batched kernels however this pass ends.
+  struct RowInvariance {
+    Backend& be;
+    RowInvariance(Backend& b, bool on) : be(b) { be.set_row_invariant(on); }
+    ~RowInvariance() { be.set_row_invariant(false); }
+  } row_invariance(be, batch.row_invariant);
   const ModelConfig& c = config_;
   be.get_rows(weights_.token_embd, batch.tokens.data(), n, w.x.data());
   const LayerStep step{batch, kv, be, observer};
