@@ -212,6 +212,32 @@ TEST_F(CodecTest, EveryApiReadsKvPolicyAndBudget) {
   }
 }
 
+// speculative is an extension field at the top level of every generation API's body: absent (the
+// server's default), true or false; anything else is a 400 naming it.
+TEST_F(CodecTest, EveryApiReadsTheSpeculativeOptOut) {
+  std::vector<std::pair<std::unique_ptr<GenerationCodec>, std::string>> apis;
+  apis.emplace_back(make_openai_chat_codec(*served_, 1), R"("model": "tiny", "messages": [{"role": "user", "content": "x"}])");
+  apis.emplace_back(make_openai_completion_codec(*served_, 1), R"("model": "tiny", "prompt": "x")");
+  apis.emplace_back(make_anthropic_codec(*served_),
+                    R"("model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}])");
+  apis.emplace_back(make_ollama_generate_codec(*served_), R"("model": "tiny", "prompt": "x")");
+  apis.emplace_back(make_ollama_chat_codec(*served_), R"("model": "tiny", "messages": [{"role": "user", "content": "x"}])");
+  for (auto& [codec, body] : apis) {
+    SCOPED_TRACE(body);
+    GenSpec plain, off, on, bad;
+    ASSERT_FALSE(parse(*codec, "{" + body + "}", plain));
+    EXPECT_FALSE(plain.options.speculative.has_value());
+    ASSERT_FALSE(parse(*codec, "{" + body + R"(, "speculative": false})", off));
+    EXPECT_EQ(off.options.speculative, std::optional<bool>(false));
+    ASSERT_FALSE(parse(*codec, "{" + body + R"(, "speculative": true})", on));
+    EXPECT_EQ(on.options.speculative, std::optional<bool>(true));
+    auto e = parse(*codec, "{" + body + R"(, "speculative": "no"})", bad);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->status, 400);
+    EXPECT_NE(e->message.find("speculative"), std::string::npos) << e->message;
+  }
+}
+
 TEST_F(CodecTest, ErrorShapesFollowEachApi) {
   const ApiError e = bad_request("bad thing", "max_tokens");
   EXPECT_EQ(dump(error_json(ApiKind::kOpenAI, e)),
