@@ -7,7 +7,8 @@ that background load falls on all of them alike, and reports per configuration: 
 second (tokens after the first over the time from the first token to the last, which includes the
 draft model's own prefill of the prompt), the speed-up over plain decoding of the same prompts,
 end-to-end time (prefill + decode), acceptance rate (kept draft tokens over drafted ones) and
-tokens per target pass. Greedy outputs are compared with plain decoding's: any difference is
+tokens per target pass, and where decode time goes: milliseconds per target step (a verify pass, or
+a plain pass where nothing was drafted) and drafting milliseconds per verify pass. Greedy outputs are compared with plain decoding's: any difference is
 reported as an error (the exactness tests in tests/decode assert it).
 
 Usage: bench/speculative.py [--frugal build/bin/frugal] [-m models/default.gguf]
@@ -50,7 +51,7 @@ def main():
         "ngram": ["--spec", "ngram", "--spec-k", str(args.spec_k)],
     }
     totals = {c: {"decode_ms": 0.0, "decode_tokens": 0, "total_ms": 0.0, "passes": 0, "drafted": 0,
-                  "accepted": 0, "emitted": 0, "mismatches": 0} for c in configs}
+                  "accepted": 0, "emitted": 0, "draft_ms": 0.0, "mismatches": 0} for c in configs}
     families = [f for f in args.families.split(",") if f]
     for family in families:
         for seed in range(args.seeds):
@@ -62,7 +63,7 @@ def main():
                 tot["decode_ms"] += t["decode_ms"]
                 tot["decode_tokens"] += t["decode_tokens"]
                 tot["total_ms"] += t["prefill_ms"] + t["decode_ms"]
-                for k in ("passes", "drafted", "accepted", "emitted"):
+                for k in ("passes", "drafted", "accepted", "emitted", "draft_ms"):
                     tot[k] += s[k]
                 if name == "plain":
                     plain_tokens = j["tokens"]
@@ -75,7 +76,7 @@ def main():
     print(f"{len(families)} families x {args.seeds} prompts, length {args.length}, -n {args.n}, "
           f"{args.threads} threads, temperature 0, spec-k {args.spec_k}")
     print(f"{'config':8} {'decode tok/s':>12} {'speed-up':>9} {'end-to-end':>11} {'acceptance':>11} "
-          f"{'tok/pass':>9} {'mismatch':>9}")
+          f"{'tok/pass':>9} {'ms/pass':>8} {'draft ms':>9} {'mismatch':>9}")
     for name, tot in totals.items():
         tps = tot["decode_tokens"] / tot["decode_ms"] * 1e3
         acc = tot["accepted"] / tot["drafted"] if tot["drafted"] else 0.0
@@ -83,8 +84,14 @@ def main():
         e2e = base["total_ms"] / tot["total_ms"]
         tot.update({"decode_tok_s": tps, "speedup": tps / base_tps, "end_to_end_speedup": e2e,
                     "acceptance_rate": acc, "tokens_per_pass": tpp})
+        # Per decode step: a plain pass, or drafting plus the verify pass (the step's other passes,
+        # plain ones where nothing was drafted, are counted in the plain share).
+        steps = tot["passes"] + (tot["decode_tokens"] - tot["emitted"])
+        ms_pass = (tot["decode_ms"] - tot["draft_ms"]) / steps if steps else 0.0
+        draft_per_pass = tot["draft_ms"] / tot["passes"] if tot["passes"] else 0.0
+        tot.update({"target_ms_per_step": ms_pass, "draft_ms_per_pass": draft_per_pass})
         print(f"{name:8} {tps:12.1f} {tps / base_tps:8.2f}x {e2e:10.2f}x {acc:11.3f} {tpp:9.2f} "
-              f"{tot['mismatches']:9d}")
+              f"{ms_pass:8.3f} {draft_per_pass:9.3f} {tot['mismatches']:9d}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "totals": totals}, f, indent=1)

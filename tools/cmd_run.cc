@@ -142,6 +142,7 @@ int run(const RunArgs& a) {
                                          {"drafted", res->speculative.drafted},
                                          {"accepted", res->speculative.accepted},
                                          {"emitted", res->speculative.emitted},
+                                         {"draft_ms", res->speculative.draft_ms},
                                          {"acceptance_rate", res->speculative.acceptance_rate()},
                                          {"tokens_per_pass", res->speculative.tokens_per_pass()}}},
                         {"weights", {{"bytes", lm->model->weights().bytes},

@@ -742,6 +742,7 @@ void Engine::draft(const StepPlan& plan) {
   }
   std::vector<speculative::DraftSequence> seqs;
   std::vector<int> slots;
+  std::vector<Active*> owners;
   int32_t budget = opts_.max_step_tokens - plan.n_tokens();
   for (const auto& it : plan.items) {
     if (!sched_.is_running(it.id)) continue;
@@ -759,10 +760,19 @@ void Engine::draft(const StepPlan& plan) {
     budget -= k;
     seqs.push_back({it.slot, toks, k, &*r.draft_sampler});
     slots.push_back(it.slot);
+    owners.push_back(&r);
   }
   if (seqs.empty()) return;
   std::vector<speculative::Draft> out(seqs.size());
+  const double t0 = now_s();
   const Status st = drafter_->propose(seqs, out);
+  const double draft_ms = (now_s() - t0) * 1e3;
+  int64_t proposed = 0;
+  for (const auto& d : out) proposed += static_cast<int64_t>(d.tokens.size());
+  for (size_t i = 0; i < out.size() && st.ok(); ++i) {
+    owners[i]->spec.draft_ms += proposed > 0 ? draft_ms * static_cast<double>(out[i].tokens.size()) / proposed
+                                             : draft_ms / static_cast<double>(out.size());
+  }
   if (!st.ok()) {
     // The draft model failed (a broken draft file, not the request): its sequences end with why.
     for (size_t i = 0; i < seqs.size(); ++i) {

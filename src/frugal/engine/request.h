@@ -70,6 +70,7 @@ struct SpeculativeStats {
   int64_t drafted = 0;          // draft tokens proposed
   int64_t accepted = 0;         // of those, kept
   int64_t emitted = 0;          // tokens those passes produced (accepted + one of the target's each)
+  double draft_ms = 0;          // time spent drafting (a step's drafting shared by draft tokens)
   double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0; }
   double tokens_per_pass() const { return passes > 0 ? static_cast<double>(emitted) / passes : 0.0; }
 };
