@@ -269,13 +269,20 @@ TEST_F(SpeculativeEngine, ADraftWithAnotherVocabularyIsRefusedNamingTheFirstDiff
     size_t first = 0;
     while (first < t.size() && first < d.size() && t[first] == d[first]) ++first;
     ASSERT_LT(first, std::min(t.size(), d.size()));
+    // Control bytes are escaped so the message stays on one line.
+    const auto escaped = [](const std::string& x) {
+      std::string o;
+      for (unsigned char c : x) o += c == '\n' ? std::string("\\n") : c < 0x20 ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+      return o;
+    };
     const std::string expected = fmt::format("differs from the target's at token id {}: target '{}', draft '{}'", first,
-                                             t[first], d[first]);
+                                             escaped(t[first]), escaped(d[first]));
     EngineOptions o = options(Method::kDraft);
     o.spec.draft_model = other->get();
     auto e = Engine::create(*target_, *tok_, *backend_, o);
     ASSERT_FALSE(e.ok());
     EXPECT_NE(e.status().message().find(expected), std::string::npos) << e.status().message();
+    EXPECT_EQ(e.status().message().find('\n'), std::string::npos) << "one line: " << e.status().message();
   }
 }
 

@@ -6,6 +6,26 @@
 
 namespace frugal::speculative {
 
+namespace {
+// A token's text for a one-line message: control bytes escaped ("\n", "\x01").
+std::string printable(const std::string& token) {
+  std::string out;
+  for (const char ch : token) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 Status check_same_vocabulary(const Model& target, const Model& draft) {
   constexpr const char* kKey = "tokenizer.ggml.tokens";
   auto t = target.gguf().get_string_array(kKey);
@@ -17,7 +37,7 @@ Status check_same_vocabulary(const Model& target, const Model& draft) {
     if ((*t)[i] != (*d)[i]) {
       return error(ErrorCode::kInvalidArgument,
                    "draft model: its vocabulary differs from the target's at token id {}: target '{}', draft '{}'", i,
-                   (*t)[i], (*d)[i]);
+                   printable((*t)[i]), printable((*d)[i]));
     }
   }
   if (t->size() != d->size()) {
@@ -25,7 +45,8 @@ Status check_same_vocabulary(const Model& target, const Model& draft) {
     return error(ErrorCode::kInvalidArgument,
                  "draft model: its vocabulary has {} tokens and the target's {}; they differ from token id {} ({} '{}', "
                  "{} none)",
-                 d->size(), t->size(), n, target_longer ? "target" : "draft", target_longer ? (*t)[n] : (*d)[n],
+                 d->size(), t->size(), n, target_longer ? "target" : "draft",
+                 printable(target_longer ? (*t)[n] : (*d)[n]),
                  target_longer ? "draft" : "target");
   }
   if (target.config().n_vocab != draft.config().n_vocab) {
