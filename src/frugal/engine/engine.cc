@@ -811,7 +811,12 @@ void Engine::verify(Active& r, const StepItem& it, const float* logits) {
   for (int32_t j = 0; j <= accepted; ++j) {
     const TokenId t = j < accepted ? d.tokens[static_cast<size_t>(j)] : next;
     ++r.spec.emitted;
-    if (!emit(r, t, logits + static_cast<size_t>(j) * n_vocab)) return;  // ended: `r` is gone
+    if (!emit(r, t, logits + static_cast<size_t>(j) * n_vocab)) {
+      // Ended (`r` is gone): the slot keeps, as after plain decoding, the rows of the tokens before
+      // the last one emitted, not those of kept drafts nobody will read.
+      kv_.truncate(it.slot, n_tok + j);
+      return;
+    }
     // A kept draft's row is in the cache already; the target's own token is fed next step.
     if (j < accepted) sched_.set_computed(id, n_tok + j + 1);
   }
