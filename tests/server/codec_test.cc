@@ -419,6 +419,25 @@ TEST_F(CodecTest, MetricsCountEvictionRoundsAndKvPolicies) {
   }
 }
 
+TEST_F(CodecTest, MetricsCountSpeculativeTokens) {
+  Metrics m("tiny");
+  for (int64_t drafted : {12, 30}) {
+    FinishedRequest f = finished(FinishReason::kEos, 10, 20);
+    f.speculative.method = "ngram";
+    f.speculative.passes = drafted / 3;
+    f.speculative.drafted = drafted;
+    f.speculative.accepted = drafted / 2;
+    m.observe(f);
+  }
+  m.observe(finished(FinishReason::kEos, 10, 5));  // plain: adds nothing
+  const std::string text = m.render(EngineStats{});
+  for (const char* needle : {"frugal:spec_verify_passes_total{model_name=\"tiny\"} 14",
+                             "frugal:spec_draft_tokens_total{model_name=\"tiny\"} 42",
+                             "frugal:spec_accepted_tokens_total{model_name=\"tiny\"} 21"}) {
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+  }
+}
+
 TEST_F(CodecTest, RequestLogRecordsTheSharedTimingSchema) {
   FinishedRequest f = finished(FinishReason::kStop, 4, 2);
   f.stop_string = "\n";
