@@ -36,9 +36,12 @@ constexpr FlagRow kFlags[] = {
     {"kv-memory", "--kv-memory", "TEXT",
      "KV memory budget, e.g. 256MiB: sets the capacity and an evicting policy's budget for this model and kv-quant",
      nullptr},
-    {"spec", "--spec", "TEXT", "speculative decoding: none, draft (a draft model, --draft) or ngram (prompt lookup)",
+    {"spec", "--spec", "TEXT",
+     "speculative decoding: none, draft (a draft model, --draft), ngram (prompt lookup) or layerskip (the model with "
+     "--spec-skip layers skipped)",
      "none"},
     {"spec-k", "--spec-k", "INT", "most draft tokens per verify pass (the draft model adapts below it)", "6"},
+    {"spec-skip", "--spec-skip", "INT", "layers the layerskip drafter skips (0: half of the middle layers)", "0"},
     {"draft", "--draft", "TEXT", "draft model GGUF with the target's vocabulary (implies --spec draft)", nullptr},
     {"draft-memory", "--draft-memory", "TEXT",
      "memory budget of the draft model, weights + its KV cache, e.g. 64MiB (default: smaller than the target)",

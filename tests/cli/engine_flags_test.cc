@@ -21,7 +21,7 @@ const std::vector<std::string> kCommands = {"run", "eval", "serve", "bench"};
 const std::vector<std::string> kSharedFlags = {"--threads",  "--device",    "--kv-type",           "--kv-policy",
                                                "--kv-budget", "--kv-budget-of", "--kv-buffer",     "--kv-protect-prompt",
                                                "--kv-seed",  "--kv-quant",  "--kv-memory", "--spec",
-                                               "--spec-k",   "--draft",     "--draft-memory"};
+                                               "--spec-k",   "--spec-skip", "--draft",     "--draft-memory"};
 
 class EngineFlags : public ::testing::Test {
  protected:
@@ -67,7 +67,7 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
       {"--kv-seed x7", "--kv-seed: 'x7' is not an unsigned 64-bit integer"},
       {"--threads -1", "--threads: -1 is negative (0: all cores)"},
       {"--device tpu", "--device 'tpu': expected cpu or cuda"},
-      {"--spec medusa", "--spec: speculative method 'medusa' is not none, draft or ngram"},
+      {"--spec medusa", "--spec: speculative method 'medusa' is not none, draft, ngram or layerskip"},
       {"--spec-k 0", "--spec-k: 0 is not in [1, 32]"},
       {"--draft-memory 3Q", "--draft-memory: '3Q' is not a size"},
       {"--spec ngram --draft x.gguf", "--draft: a draft model is for --spec draft, not --spec ngram"},

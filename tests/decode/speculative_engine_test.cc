@@ -10,6 +10,7 @@
 
 #include "frugal/backend/backend.h"
 #include "frugal/decode/speculative/draft_model.h"
+#include "frugal/decode/speculative/layer_skip.h"
 #include "frugal/engine/engine.h"
 #include "frugal/engine/generate.h"
 #include "frugal/eval/task.h"
@@ -104,8 +105,8 @@ class SpeculativeEngine : public ::testing::Test {
   static inline Backend* backend_ = nullptr;
 };
 
-// 30 test-split prompts per family and drafter at lengths 192 and 256 (the trained length): 300
-// prompts over the five families and two drafters, each decoded speculatively and plainly in the
+// 30 test-split prompts per family and drafter at lengths 192 and 256 (the trained length): 450
+// prompts over the five families and three drafters, each decoded speculatively and plainly in the
 // same engine (batches of 4 mixing both).
 constexpr int kPromptsPerFamily = 30;
 
@@ -151,7 +152,7 @@ TEST_P(GreedyIdentity, SpeculativeGreedyOutputIsPlainGreedyOutput) {
 
 std::vector<std::tuple<Method, std::string>> identity_cases() {
   std::vector<std::tuple<Method, std::string>> out;
-  for (Method m : {Method::kDraft, Method::kNgram}) {
+  for (Method m : {Method::kDraft, Method::kNgram, Method::kLayerSkip}) {
     for (const auto& f : eval::task_family_names()) out.emplace_back(m, f);
   }
   return out;
@@ -284,6 +285,58 @@ TEST_F(SpeculativeEngine, ADraftWithAnotherVocabularyIsRefusedNamingTheFirstDiff
     EXPECT_NE(e.status().message().find(expected), std::string::npos) << e.status().message();
     EXPECT_EQ(e.status().message().find('\n'), std::string::npos) << "one line: " << e.status().message();
   }
+}
+
+TEST_F(SpeculativeEngine, LayerSkipPassesSkipExactlyTheMaskedLayers) {
+  // A mask of the wrong size is refused; an all-zero mask is the full pass bit for bit; skipping
+  // changes the logits.
+  const auto nv = static_cast<size_t>(target_->config().n_vocab);
+  const auto n_layer = static_cast<size_t>(target_->config().n_layer);
+  const std::vector<TokenId> prompt = encode("Q: 3+4?\n");
+  const auto run = [&](std::vector<uint8_t> skip, std::vector<float>& out) {
+    auto kv = KvCache::create(target_->kv_options(1, 64));
+    EXPECT_TRUE(kv.ok());
+    Batch b;
+    b.skip_layers = std::move(skip);
+    for (size_t p = 0; p < prompt.size(); ++p) b.add(prompt[p], static_cast<int32_t>(p), 0, p + 1 == prompt.size());
+    out.assign(nv, 0.f);
+    return target_->forward(b, *kv, *backend_, out.data());
+  };
+  std::vector<float> full, zero, skipped;
+  ASSERT_TRUE(run({}, full).ok());
+  ASSERT_TRUE(run(std::vector<uint8_t>(n_layer, 0), zero).ok());
+  EXPECT_EQ(full, zero);
+  std::vector<uint8_t> mask(n_layer, 0);
+  mask[1] = 1;
+  ASSERT_TRUE(run(mask, skipped).ok());
+  EXPECT_NE(full, skipped);
+  const Status bad = run(std::vector<uint8_t>(n_layer + 1, 0), skipped);
+  EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("skip_layers has"), std::string::npos) << bad.message();
+  // The drafter picks a set of the requested size among the middle layers.
+  speculative::DrafterContext dc;
+  dc.target = target_;
+  dc.backend = backend_;
+  dc.n_slots = 1;
+  dc.capacity = 512;
+  auto d = speculative::LayerSkipDrafter::create(*target_, 2, 0, dc);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp, static_cast<int32_t>(nv));
+  eval::TaskOptions to;
+  to.length = 192;
+  const std::vector<TokenId> toks = encode(eval::generate_task("passkey", eval::TaskSplit::kTest, 3, to)->prompt);
+  speculative::DraftSequence ds{0, toks, 4, &s};
+  std::vector<speculative::Draft> out(1);
+  ASSERT_TRUE((*d)->propose({&ds, 1}, out).ok());
+  const auto& chosen = (*d)->chosen();
+  ASSERT_EQ(chosen.size(), n_layer);
+  EXPECT_EQ(std::count(chosen.begin(), chosen.end(), 1), 2);
+  EXPECT_EQ(chosen.front(), 0);
+  EXPECT_EQ(chosen.back(), 0);
+  EXPECT_EQ(out[0].tokens.size(), 4u);
+  EXPECT_FALSE(speculative::LayerSkipDrafter::create(*target_, static_cast<int32_t>(n_layer) - 1, 0, dc).ok());
 }
 
 TEST_F(SpeculativeEngine, ADraftOverItsMemoryBudgetIsRefusedWithTheNumbers) {

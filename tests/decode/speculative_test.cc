@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -13,6 +14,7 @@
 #include "frugal/decode/sampler.h"
 #include "frugal/decode/speculative/acceptance.h"
 #include "frugal/decode/speculative/draft_length.h"
+#include "frugal/decode/speculative/layer_skip.h"
 #include "frugal/decode/speculative/ngram.h"
 #include "frugal/decode/speculative/verify.h"
 
@@ -389,6 +391,35 @@ TEST(SpeculativeDraftLength, ChoosesTheLengthWithTheBestExpectedGain) {
   }
   EXPECT_EQ(good.next(), 8);
   EXPECT_EQ(bad.next(), 1);
+}
+
+TEST(SpeculativeLayerSkip, CandidatesAreEverySubsetOfTheMiddleLayers) {
+  for (int32_t n_layer = 3; n_layer <= 9; ++n_layer) {
+    for (int32_t n_skip = 1; n_skip <= n_layer - 2; ++n_skip) {
+      const auto c = layer_skip_candidates(n_layer, n_skip, 1000);
+      // Brute force: every mask over the layers with n_skip ones, first and last layer zero.
+      size_t expected = 0;
+      for (uint32_t bits = 0; bits < (1u << n_layer); ++bits) {
+        if ((bits & 1u) || (bits >> (n_layer - 1)) & 1u || std::popcount(bits) != n_skip) continue;
+        std::vector<uint8_t> mask(static_cast<size_t>(n_layer));
+        for (int32_t l = 0; l < n_layer; ++l) mask[static_cast<size_t>(l)] = (bits >> l) & 1u;
+        ASSERT_NE(std::find(c.begin(), c.end(), mask), c.end()) << n_layer << " layers, skip " << n_skip;
+        ++expected;
+      }
+      ASSERT_EQ(c.size(), expected) << n_layer << " layers, skip " << n_skip;
+    }
+  }
+  // Capped: distinct masks of the right size, drawn the same way every time.
+  const auto capped = layer_skip_candidates(30, 10, 64);
+  ASSERT_EQ(capped.size(), 64u);
+  EXPECT_EQ(capped, layer_skip_candidates(30, 10, 64));
+  for (const auto& m : capped) {
+    EXPECT_EQ(std::count(m.begin(), m.end(), 1), 10);
+    EXPECT_EQ(m.front(), 0);
+    EXPECT_EQ(m.back(), 0);
+    EXPECT_EQ(std::count(capped.begin(), capped.end(), m), 1);
+  }
+  EXPECT_TRUE(layer_skip_candidates(2, 1, 64).empty());
 }
 
 }  // namespace

@@ -110,7 +110,7 @@ Result<uint64_t> parse_u64(const std::string& label, const std::string& value) {
 std::vector<std::string> generate_option_names() {
   return {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
           "kv-policy", "kv-budget", "kv-budget-of", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant",
-          "kv-memory", "spec", "spec-k", "draft", "draft-memory"};
+          "kv-memory", "spec", "spec-k", "spec-skip", "draft", "draft-memory"};
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value,
@@ -191,6 +191,11 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
     if (o.spec.k < 1 || o.spec.k > 32) return error(ErrorCode::kInvalidArgument, "{}: {} is not in [1, 32]", label, o.spec.k);
     return ok_status();
   }
+  if (name == "spec-skip") {
+    FRUGAL_ASSIGN_OR_RETURN(o.spec.skip_layers, parse_int(label, value));
+    if (o.spec.skip_layers < 0) return error(ErrorCode::kInvalidArgument, "{}: {} is negative", label, o.spec.skip_layers);
+    return ok_status();
+  }
   if (name == "draft") {
     if (value.empty()) return error(ErrorCode::kInvalidArgument, "{}: empty path", label);
     // The caller loads it (spec.draft_model); a new path drops a model loaded for another one.
@@ -226,6 +231,7 @@ std::string describe_generate_options(const GenerateOptions& o) {
   if (o.spec.method != speculative::Method::kNone) {
     kv += fmt::format(" spec={} spec-k={}", speculative::method_name(o.spec.method), o.spec.k);
     if (o.spec.method == speculative::Method::kDraft) kv += fmt::format(" draft={}", o.spec.draft_path);
+    if (o.spec.method == speculative::Method::kLayerSkip) kv += fmt::format(" spec-skip={}", o.spec.skip_layers);
   }
   return fmt::format("kv-type={} temp={} top-k={} top-p={} min-p={} seed={} n-batch={} ctx-size={}{}",
                      dtype_name(o.kv_dtype), o.sampling.temperature, o.sampling.top_k, o.sampling.top_p,

@@ -246,7 +246,12 @@ Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logit
     ~Release() { flag.store(false, std::memory_order_release); }
   } release{in_forward_};
   FRUGAL_RETURN_IF_ERROR(check_batch(batch, kv));
-  if (observer == nullptr) {
+  if (!batch.skip_layers.empty() && static_cast<int64_t>(batch.skip_layers.size()) != config_.n_layer) {
+    return error(ErrorCode::kInvalidArgument, "forward: skip_layers has {} entries for {} layers",
+                 batch.skip_layers.size(), config_.n_layer);
+  }
+  // A backend that runs the pass whole (forward_model) runs every layer.
+  if (observer == nullptr && batch.skip_layers.empty()) {
     FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits));
     if (done) return ok_status();
   }
@@ -269,7 +274,9 @@ Status Model::forward(const Batch& batch, KvCache& kv, Backend& be, float* logit
   const ModelConfig& c = config_;
   be.get_rows(weights_.token_embd, batch.tokens.data(), n, w.x.data());
   const LayerStep step{batch, kv, be, observer};
-  for (int il = 0; il < c.n_layer; ++il) layer_forward(il, step);
+  for (int il = 0; il < c.n_layer; ++il) {
+    if (batch.skip_layers.empty() || batch.skip_layers[static_cast<size_t>(il)] == 0) layer_forward(il, step);
+  }
 
   // Only the rows that asked for logits go through the final norm and the (large) output matrix.
   int64_t n_out = 0;

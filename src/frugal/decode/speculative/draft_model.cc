@@ -93,6 +93,14 @@ DraftModelDrafter::DraftModelDrafter(Model& draft, Backend& backend, KvCache kv,
       n_vocab_(static_cast<int32_t>(draft.config().n_vocab)),
       probs_(static_cast<size_t>(n_vocab_)) {}
 
+void DraftModelDrafter::set_skip_layers(std::vector<uint8_t> skip) {
+  batch_.skip_layers = std::move(skip);
+  for (size_t slot = 0; slot < cached_.size(); ++slot) {
+    kv_.clear(static_cast<int>(slot));
+    cached_[slot].clear();
+  }
+}
+
 Status DraftModelDrafter::catch_up(std::span<const DraftSequence> seqs) {
   batch_.clear();
   for (const DraftSequence& s : seqs) {
@@ -110,6 +118,7 @@ Status DraftModelDrafter::catch_up(std::span<const DraftSequence> seqs) {
     // A long prompt goes through in chunks of its own first; the last piece joins the batch.
     while (s.tokens.size() - cached.size() > static_cast<size_t>(kChunk)) {
       Batch chunk;
+      chunk.skip_layers = batch_.skip_layers;
       for (int32_t i = 0; i < kChunk; ++i) {
         const auto p = static_cast<int32_t>(cached.size()) + i;
         chunk.add(s.tokens[static_cast<size_t>(p)], p, s.slot, false);

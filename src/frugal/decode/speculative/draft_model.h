@@ -19,7 +19,7 @@ namespace frugal::speculative {
 // (or the sizes when one is a prefix of the other).
 Status check_same_vocabulary(const Model& target, const Model& draft);
 
-class DraftModelDrafter final : public Drafter {
+class DraftModelDrafter : public Drafter {
  public:
   // Checks the vocabulary and the memory budget (`memory`: bytes for the draft's weights and KV
   // cache; 0: its weights must be smaller than the target's, or it cannot pay for itself).
@@ -31,8 +31,17 @@ class DraftModelDrafter final : public Drafter {
   double cost_ratio() const override { return cost_ratio_; }
   const KvCache& cache() const { return kv_; }
 
- private:
+ protected:
   DraftModelDrafter(Model& draft, Backend& backend, KvCache kv, int n_slots, double cost_ratio);
+  // Layers every pass of the draft skips ([n_layer], empty: none). Changing it forgets every
+  // sequence's cached rows (the skipped layers have none to reuse).
+  void set_skip_layers(std::vector<uint8_t> skip);
+  const std::vector<uint8_t>& skip_layers() const { return batch_.skip_layers; }
+  Model& draft_model() { return draft_; }
+  Backend& backend() { return backend_; }
+  void set_cost_ratio(double c) { cost_ratio_ = c; }
+
+ private:
   // Feeds tokens [cached, size) of each sequence; afterwards logits_ row i holds the draft's
   // logits after seqs[i]'s last token.
   Status catch_up(std::span<const DraftSequence> seqs);

@@ -28,8 +28,9 @@ enum class Method : int {
   kNone = 0,   // plain decoding
   kDraft = 1,  // a draft model (draft_model.h)
   kNgram = 2,  // prompt lookup (ngram.h)
+  kLayerSkip = 3,  // the target with layers skipped (layer_skip.h)
 };
-const char* method_name(Method m);  // "none", "draft", "ngram"
+const char* method_name(Method m);  // "none", "draft", "ngram", "layerskip"
 Result<Method> parse_method(const std::string& name);
 
 struct SpeculativeOptions {
@@ -40,6 +41,7 @@ struct SpeculativeOptions {
   uint64_t draft_memory = 0;     // bytes the draft may take, weights + its KV cache; 0: only that
                                  // its weights be smaller than the target's
   int32_t ngram_max = 3;         // longest suffix the n-gram drafter looks up
+  int32_t skip_layers = 0;       // --spec-skip: layers the layer-skip drafter skips (0: half the middle ones)
 };
 // kInvalidArgument naming the field (k outside [1, 32], a draft method without a draft model).
 Status validate(const SpeculativeOptions& o);
@@ -79,7 +81,7 @@ class Drafter {
 // What a drafter is built for: the target, the backend that runs both, and the engine's sequence
 // slots (a draft model keeps a KV cache of `capacity` tokens per slot).
 struct DrafterContext {
-  const Model* target = nullptr;
+  Model* target = nullptr;  // the layer-skip drafter runs it (on the engine's thread, between its passes)
   Backend* backend = nullptr;
   int n_slots = 1;
   int32_t capacity = 0;
