@@ -2,7 +2,8 @@
 """Speculative decoding against plain decoding on testbed prompts, measured in the same run.
 
 For each prompt (task families x seeds, test split) runs `frugal run --task F --task-seed S --json`
-once per configuration -- plain, the draft model, n-gram lookup -- interleaved prompt by prompt so
+once per configuration -- plain, the draft model, n-gram lookup, the model with layers skipped --
+interleaved prompt by prompt so
 that background load falls on all of them alike, and reports per configuration: decode tokens per
 second (tokens after the first over the time from the first token to the last, which includes the
 draft model's own prefill of the prompt), the speed-up over plain decoding of the same prompts,
@@ -49,6 +50,7 @@ def main():
         "plain": [],
         "draft": ["--spec", "draft", "--draft", args.draft, "--spec-k", str(args.spec_k)],
         "ngram": ["--spec", "ngram", "--spec-k", str(args.spec_k)],
+        "layerskip": ["--spec", "layerskip", "--spec-k", str(args.spec_k)],
     }
     totals = {c: {"decode_ms": 0.0, "decode_tokens": 0, "total_ms": 0.0, "passes": 0, "drafted": 0,
                   "accepted": 0, "emitted": 0, "draft_ms": 0.0, "mismatches": 0} for c in configs}
@@ -75,7 +77,7 @@ def main():
     base_tps = base["decode_tokens"] / base["decode_ms"] * 1e3
     print(f"{len(families)} families x {args.seeds} prompts, length {args.length}, -n {args.n}, "
           f"{args.threads} threads, temperature 0, spec-k {args.spec_k}")
-    print(f"{'config':8} {'decode tok/s':>12} {'speed-up':>9} {'end-to-end':>11} {'acceptance':>11} "
+    print(f"{'config':9} {'decode tok/s':>12} {'speed-up':>9} {'end-to-end':>11} {'acceptance':>11} "
           f"{'tok/pass':>9} {'ms/pass':>8} {'draft ms':>9} {'mismatch':>9}")
     for name, tot in totals.items():
         tps = tot["decode_tokens"] / tot["decode_ms"] * 1e3
@@ -90,7 +92,7 @@ def main():
         ms_pass = (tot["decode_ms"] - tot["draft_ms"]) / steps if steps else 0.0
         draft_per_pass = tot["draft_ms"] / tot["passes"] if tot["passes"] else 0.0
         tot.update({"target_ms_per_step": ms_pass, "draft_ms_per_pass": draft_per_pass})
-        print(f"{name:8} {tps:12.1f} {tps / base_tps:8.2f}x {e2e:10.2f}x {acc:11.3f} {tpp:9.2f} "
+        print(f"{name:9} {tps:12.1f} {tps / base_tps:8.2f}x {e2e:10.2f}x {acc:11.3f} {tpp:9.2f} "
               f"{ms_pass:8.3f} {draft_per_pass:9.3f} {tot['mismatches']:9d}")
     if args.json:
         with open(args.json, "w") as f:
