@@ -163,7 +163,8 @@ int run(const RunArgs& a) {
                  res->stop_reason.c_str());
     if (res->speculative.passes > 0) {
       const SpeculativeStats& sp = res->speculative;
-      std::fprintf(stderr, "speculative %s: %lld verify passes, %lld drafted, %lld accepted (%.1f%%), %.2f tokens per pass\n",
+      std::fprintf(stderr,
+                   "speculative %s: %lld verify passes, %lld drafted, %lld accepted (%.1f%%), %.2f tokens per pass\n",
                    sp.method.c_str(), static_cast<long long>(sp.passes), static_cast<long long>(sp.drafted),
                    static_cast<long long>(sp.accepted), 100.0 * sp.acceptance_rate(), sp.tokens_per_pass());
     }

@@ -110,7 +110,9 @@ Status apply_engine_flags(const EngineFlags& flags, GenerateOptions& opts) {
 }
 
 Result<std::unique_ptr<Model>> load_draft_model(GenerateOptions& opts, const std::string& device) {
-  if (opts.spec.method != speculative::Method::kDraft || opts.spec.draft_model != nullptr) return std::unique_ptr<Model>();
+  if (opts.spec.method != speculative::Method::kDraft || opts.spec.draft_model != nullptr) {
+    return std::unique_ptr<Model>();
+  }
   if (opts.spec.draft_path.empty()) {
     return error(ErrorCode::kInvalidArgument, "--spec draft: name the draft model with --draft MODEL.gguf");
   }

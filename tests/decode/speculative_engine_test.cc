@@ -110,7 +110,8 @@ class SpeculativeEngine : public ::testing::Test {
 // same engine (batches of 4 mixing both).
 constexpr int kPromptsPerFamily = 30;
 
-class GreedyIdentity : public SpeculativeEngine, public ::testing::WithParamInterface<std::tuple<Method, std::string>> {};
+class GreedyIdentity : public SpeculativeEngine,
+                       public ::testing::WithParamInterface<std::tuple<Method, std::string>> {};
 
 TEST_P(GreedyIdentity, SpeculativeGreedyOutputIsPlainGreedyOutput) {
   const auto [method, family] = GetParam();
@@ -273,7 +274,9 @@ TEST_F(SpeculativeEngine, ADraftWithAnotherVocabularyIsRefusedNamingTheFirstDiff
     // Control bytes are escaped so the message stays on one line.
     const auto escaped = [](const std::string& x) {
       std::string o;
-      for (unsigned char c : x) o += c == '\n' ? std::string("\\n") : c < 0x20 ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+      for (unsigned char c : x) {
+        o += c == '\n' ? std::string("\\n") : c < 0x20 ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+      }
       return o;
     };
     const std::string expected = fmt::format("differs from the target's at token id {}: target '{}', draft '{}'", first,

@@ -330,10 +330,14 @@ std::vector<TokenId> brute_force_lookup(const std::vector<TokenId>& t, int ngram
   for (int len = std::min(ngram_max, n - 1); len >= 1; --len) {
     for (int start = n - len - 1; start >= 0; --start) {
       bool same = true;
-      for (int i = 0; i < len; ++i) same = same && t[static_cast<size_t>(start + i)] == t[static_cast<size_t>(n - len + i)];
+      for (int i = 0; i < len; ++i) {
+        same = same && t[static_cast<size_t>(start + i)] == t[static_cast<size_t>(n - len + i)];
+      }
       if (!same) continue;
       std::vector<TokenId> out;
-      for (int i = start + len; i < n && static_cast<int>(out.size()) < k; ++i) out.push_back(t[static_cast<size_t>(i)]);
+      for (int i = start + len; i < n && static_cast<int>(out.size()) < k; ++i) {
+        out.push_back(t[static_cast<size_t>(i)]);
+      }
       return out;
     }
   }

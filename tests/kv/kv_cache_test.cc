@@ -192,7 +192,9 @@ TEST(KvCache, TruncateRollsBackRejectedDraftsExactly) {
     const int32_t later = static_cast<int32_t>(rng() % 10);  // rows appended after the rollback
     std::vector<std::vector<float>> rows;
     // Enough rows for sequence 0's writes and sequence 1's nine.
-    for (int32_t p = 0; p < std::max(n + 1 + k + later, 9); ++p) rows.push_back(random_row(rng, o.n_head_kv * o.head_dim));
+    for (int32_t p = 0; p < std::max(n + 1 + k + later, 9); ++p) {
+      rows.push_back(random_row(rng, o.n_head_kv * o.head_dim));
+    }
     const auto write = [&](KvCache& c, int seq, int32_t from, int32_t to, int32_t row_offset) {
       for (int32_t p = from; p < to; ++p) {
         for (int l = 0; l < o.n_layer; ++l) {

@@ -784,7 +784,9 @@ void Engine::draft(const StepPlan& plan) {
     return;
   }
   for (size_t i = 0; i < seqs.size(); ++i) {
-    if (static_cast<int32_t>(out[i].tokens.size()) > seqs[i].max_tokens) out[i].tokens.resize(static_cast<size_t>(seqs[i].max_tokens));
+    if (static_cast<int32_t>(out[i].tokens.size()) > seqs[i].max_tokens) {
+      out[i].tokens.resize(static_cast<size_t>(seqs[i].max_tokens));
+    }
     drafts_[static_cast<size_t>(slots[i])] = std::move(out[i]);
   }
 }

@@ -142,11 +142,11 @@ class Engine {
   std::vector<float> masked_;          // [n_vocab]
   std::vector<float> kbuf_, vbuf_;     // [n_head_kv * head_dim] for copying rows
   Batch batch_;
-  Batch own_batch_;
+  Batch own_batch_;                    // one sequence with a KV state of its own
   std::unique_ptr<speculative::Drafter> drafter_;  // null: no speculation
   std::vector<speculative::Draft> drafts_;  // [slot] this step's draft (empty: none)
   std::vector<TokenId> spec_history_;       // tokens + a draft, for the sampler's penalties
-  std::vector<float> spec_probs_;           // [n_vocab] the target's distribution at one position                    // one sequence with a KV state of its own
+  std::vector<float> spec_probs_;           // [n_vocab] the target's distribution at one position
   std::vector<AttentionObserver*> slot_observers_;  // [slot] during a step's forward pass
   int64_t promised_pages_ = 0;         // pages admissions of the current plan will need
   std::chrono::steady_clock::time_point t0_;

@@ -188,12 +188,16 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
   }
   if (name == "spec-k") {
     FRUGAL_ASSIGN_OR_RETURN(o.spec.k, parse_int(label, value));
-    if (o.spec.k < 1 || o.spec.k > 32) return error(ErrorCode::kInvalidArgument, "{}: {} is not in [1, 32]", label, o.spec.k);
+    if (o.spec.k < 1 || o.spec.k > 32) {
+      return error(ErrorCode::kInvalidArgument, "{}: {} is not in [1, 32]", label, o.spec.k);
+    }
     return ok_status();
   }
   if (name == "spec-skip") {
     FRUGAL_ASSIGN_OR_RETURN(o.spec.skip_layers, parse_int(label, value));
-    if (o.spec.skip_layers < 0) return error(ErrorCode::kInvalidArgument, "{}: {} is negative", label, o.spec.skip_layers);
+    if (o.spec.skip_layers < 0) {
+      return error(ErrorCode::kInvalidArgument, "{}: {} is negative", label, o.spec.skip_layers);
+    }
     return ok_status();
   }
   if (name == "draft") {

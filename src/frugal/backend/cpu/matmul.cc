@@ -255,9 +255,10 @@ void CpuBackend::matmul_row_invariant(const WeightTensor& w, const float* x, int
   VecDotRowsFn dot_rows = nullptr;
   // Only where the one-token path is that very vec_dot kernel over rows in the file's layout.
   if (tt != nullptr && w.layout == WeightLayout::kRows) {
-    if (tt->vec_dot == quant::fast::vec_dot_f16 && tt->vec_dot_type == DType::kF16) dot_rows = quant::fast::vec_dot_rows_f16;
-    if (tt->vec_dot == quant::fast::vec_dot_f32 && tt->vec_dot_type == DType::kF32) dot_rows = quant::fast::vec_dot_rows_f32;
-    if (tt->vec_dot == quant::fast::vec_dot_bf16 && tt->vec_dot_type == DType::kBF16) dot_rows = quant::fast::vec_dot_rows_bf16;
+    const DType vt = tt->vec_dot_type;
+    if (tt->vec_dot == quant::fast::vec_dot_f16 && vt == DType::kF16) dot_rows = quant::fast::vec_dot_rows_f16;
+    if (tt->vec_dot == quant::fast::vec_dot_f32 && vt == DType::kF32) dot_rows = quant::fast::vec_dot_rows_f32;
+    if (tt->vec_dot == quant::fast::vec_dot_bf16 && vt == DType::kBF16) dot_rows = quant::fast::vec_dot_rows_bf16;
   }
   if (dot_rows == nullptr) {
     // Any other type or layout: one one-token product per row (exact by construction).

@@ -43,8 +43,8 @@ Status check_same_vocabulary(const Model& target, const Model& draft) {
   if (t->size() != d->size()) {
     const bool target_longer = t->size() > d->size();
     return error(ErrorCode::kInvalidArgument,
-                 "draft model: its vocabulary has {} tokens and the target's {}; they differ from token id {} ({} '{}', "
-                 "{} none)",
+                 "draft model: its vocabulary has {} tokens and the target's {}; they differ from token id {} "
+                 "({} '{}', {} none)",
                  d->size(), t->size(), n, target_longer ? "target" : "draft",
                  printable(target_longer ? (*t)[n] : (*d)[n]),
                  target_longer ? "draft" : "target");
@@ -137,7 +137,9 @@ Status DraftModelDrafter::catch_up(std::span<const DraftSequence> seqs) {
 }
 
 Status DraftModelDrafter::propose(std::span<const DraftSequence> seqs, std::span<Draft> out) {
-  if (out.size() != seqs.size()) return error(ErrorCode::kInvalidArgument, "draft model: {} outputs for {} sequences", out.size(), seqs.size());
+  if (out.size() != seqs.size()) {
+    return error(ErrorCode::kInvalidArgument, "draft model: {} outputs for {} sequences", out.size(), seqs.size());
+  }
   for (Draft& d : out) {
     d.tokens.clear();
     d.q.clear();

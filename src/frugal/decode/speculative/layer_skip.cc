@@ -62,12 +62,15 @@ Result<std::unique_ptr<LayerSkipDrafter>> LayerSkipDrafter::create(Model& target
                  kv_bytes, ctx.n_slots, ctx.capacity, memory);
   }
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(ko));
-  return std::unique_ptr<LayerSkipDrafter>(new LayerSkipDrafter(target, *ctx.backend, std::move(kv), ctx.n_slots, n_skip));
+  return std::unique_ptr<LayerSkipDrafter>(
+      new LayerSkipDrafter(target, *ctx.backend, std::move(kv), ctx.n_slots, n_skip));
 }
 
 LayerSkipDrafter::LayerSkipDrafter(Model& target, Backend& backend, KvCache kv, int n_slots, int32_t n_skip)
     : DraftModelDrafter(target, backend, std::move(kv), n_slots,
-                        static_cast<double>(target.config().n_layer - n_skip) / static_cast<double>(target.config().n_layer)),
+                        // A draft token runs the layers left: that share of a target pass.
+                        static_cast<double>(target.config().n_layer - n_skip) /
+                            static_cast<double>(target.config().n_layer)),
       n_skip_(n_skip) {}
 
 Status LayerSkipDrafter::choose(std::span<const TokenId> tokens) {
