@@ -5,7 +5,13 @@
 // bad drafts and impossible combinations are refused with a message naming what is wrong.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
 #include <thread>
 
 #include "frugal/backend/backend.h"
@@ -406,6 +412,175 @@ TEST_F(SpeculativeEngine, RequestsSpeculationCannotServeAreRefusedOrDecodedPlain
   r = plain->submit(greedy(prompt, true, 8));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("without a drafter"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace frugal
+
+namespace frugal {
+namespace {
+
+// Sampling through the whole engine (drafter, verify pass, rollback, emission): the joint law of
+// the first two generated tokens of a speculating request equals plain sampling's. A random
+// 2-layer target and a draft of the same vocabulary whose distributions differ from the target's
+// (drafts are kept and rejected), top-k 3 on both so the law has 9 cells; 3000 requests of each kind, compared
+// with Pearson's test of homogeneity at p > 1e-3. The same test against plain sampling at another
+// temperature must reject (p < 1e-6): it has the power to see a wrong law.
+class SpeculativeSampling : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/spec_sampling");
+    std::filesystem::create_directories(*dir_);
+    synth::RandomModelOptions ro;
+    ro.n_embd = 64;
+    ro.n_layer = 2;
+    ro.n_head = 2;
+    ro.n_head_kv = 1;
+    ro.n_ff = 128;
+    ro.n_vocab = 300;
+    ro.weight_std = 0.2;  // logits spread enough that top-3 is not one token
+    ro.seed = 11;
+    const std::string target = *dir_ + "/target.gguf", draft = *dir_ + "/draft.gguf";
+    ASSERT_TRUE(synth::write_random_model(ro, target).ok());
+    // The draft: the same seed at a smaller weight scale, so its top tokens mostly agree with the
+    // target's while its probabilities differ (both acceptance and the residual get exercised).
+    ro.weight_std = 0.15;
+    ro.vocab.kind = synth::VocabKind::kCopy;
+    ro.vocab.copy_from = target;
+    ro.n_vocab = 0;
+    ASSERT_TRUE(synth::write_random_model(ro, draft).ok());
+    target_ = Model::load(target).value().release();
+    draft_ = Model::load(draft).value().release();
+    tok_ = Tokenizer::from_gguf(target_->gguf()).value().release();
+    backend_ = make_cpu_backend(CpuBackendOptions{2}).release();
+  }
+  static void TearDownTestSuite() {
+    delete backend_;
+    delete tok_;
+    delete draft_;
+    delete target_;
+    std::error_code ec;
+    std::filesystem::remove_all(*dir_, ec);
+    delete dir_;
+  }
+
+  // Counts of (first, second) generated token over `n` requests with seeds 0..n-1.
+  static std::map<std::pair<TokenId, TokenId>, int64_t> joint(Method m, float temperature, int n) {
+    EngineOptions o;
+    o.n_parallel = 16;
+    o.n_ctx = 512;
+    o.max_waiting = n + 1;
+    o.telemetry_period_s = 0;
+    o.spec.method = m;
+    o.spec.draft_model = draft_;
+    o.spec.k = 3;
+    o.spec.draft_memory = 1u << 30;  // the draft is as large as the target: a budget allows it
+    auto e = Engine::create(*target_, *tok_, *backend_, o);
+    EXPECT_TRUE(e.ok()) << e.status().message();
+    // Every non-control token once, in a fixed shuffled order: whatever is sampled first, the n-gram
+    // drafter finds it and proposes what followed it. The shared prompt is computed once per slot
+    // (prefix cache).
+    std::vector<TokenId> prompt = {1};
+    for (TokenId t = 3; t < static_cast<TokenId>(target_->config().n_vocab); ++t) prompt.push_back(t);
+    std::shuffle(prompt.begin() + 1, prompt.end(), std::mt19937(5));
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (int i = 0; i < n; ++i) {
+      RequestOptions r;
+      r.prompt = prompt;
+      r.sampling.temperature = temperature;
+      r.sampling.top_k = 3;
+      r.sampling.top_p = 1.0f;
+      r.sampling.min_p = 0.0f;
+      r.sampling.seed = static_cast<uint64_t>(i);
+      r.max_tokens = 6;
+      r.ignore_eos = true;
+      auto h = (*e)->submit(r);
+      EXPECT_TRUE(h.ok()) << h.status().message();
+      hs.push_back(*h);
+    }
+    std::map<std::pair<TokenId, TokenId>, int64_t> counts;
+    int64_t passes = 0, rejected = 0, accepted = 0;
+    for (auto& h : hs) {
+      const Output out = collect(*h);
+      EXPECT_GE(out.tokens.size(), 2u);
+      if (out.tokens.size() >= 2) ++counts[{out.tokens[0], out.tokens[1]}];
+      passes += out.fin.speculative.passes;
+      rejected += out.fin.speculative.drafted - out.fin.speculative.accepted;
+      accepted += out.fin.speculative.accepted;
+    }
+    if (std::getenv("FRUGAL_TEST_VERBOSE") != nullptr) {
+      std::printf("%s t=%.1f:", speculative::method_name(m), temperature);
+      for (const auto& [k, v] : counts) std::printf(" (%d,%d)=%lld", k.first, k.second, static_cast<long long>(v));
+      std::printf("; %lld passes, %lld accepted, %lld rejected\n", static_cast<long long>(passes),
+                  static_cast<long long>(accepted), static_cast<long long>(rejected));
+    }
+    if (m != Method::kNone) {
+      EXPECT_GT(passes, n) << "drafts were verified";
+      EXPECT_GT(rejected, n / 2) << "and rejected often enough to exercise the residual";
+      // The draft model agrees often enough to exercise acceptance; n-gram proposals (what
+      // followed the token in a shuffled prompt) mostly fall outside the target's top 3.
+      if (m == Method::kDraft) {
+        EXPECT_GT(accepted, n / 2) << "and kept often enough to exercise acceptance";
+      }
+    }
+    return counts;
+  }
+
+  static double homogeneity_p(const std::map<std::pair<TokenId, TokenId>, int64_t>& a,
+                              const std::map<std::pair<TokenId, TokenId>, int64_t>& b) {
+    std::map<std::pair<TokenId, TokenId>, std::pair<double, double>> cells;
+    double na = 0, nb = 0;
+    for (const auto& [k, v] : a) cells[k].first += v, na += v;
+    for (const auto& [k, v] : b) cells[k].second += v, nb += v;
+    double stat = 0;
+    for (const auto& [k, v] : cells) {
+      const double tot = v.first + v.second;
+      const double ea = tot * na / (na + nb), eb = tot * nb / (na + nb);
+      stat += (v.first - ea) * (v.first - ea) / ea + (v.second - eb) * (v.second - eb) / eb;
+    }
+    const int df = static_cast<int>(cells.size()) - 1;
+    // Upper tail of chi-square(df) by the regularized gamma series / continued fraction.
+    const double s = df / 2.0, z = stat / 2.0;
+    if (z <= 0) return 1.0;
+    const double lp = -z + s * std::log(z) - std::lgamma(s);
+    if (z < s + 1) {
+      double term = 1.0 / s, sum = term;
+      for (int i = 1; i < 10000 && term > sum * 1e-15; ++i) sum += term *= z / (s + i);
+      return 1.0 - sum * std::exp(lp);
+    }
+    double bb = z + 1 - s, c = 1e300, d = 1 / bb, h = d;
+    for (int i = 1; i < 10000; ++i) {
+      const double an = -i * (i - s);
+      bb += 2;
+      d = an * d + bb;
+      c = bb + an / c;
+      d = 1 / d;
+      h *= d * c;
+      if (std::fabs(d * c - 1) < 1e-15) break;
+    }
+    return std::exp(lp) * h;
+  }
+
+  static inline std::string* dir_ = nullptr;
+  static inline Model* target_ = nullptr;
+  static inline Model* draft_ = nullptr;
+  static inline Tokenizer* tok_ = nullptr;
+  static inline Backend* backend_ = nullptr;
+};
+
+TEST_F(SpeculativeSampling, JointLawOfTwoTokensEqualsPlainSampling) {
+  constexpr int kRequests = 3000;
+  const auto plain = joint(Method::kNone, 1.5f, kRequests);
+  ASSERT_GE(plain.size(), 4u) << "the law must have several cells";
+  for (Method m : {Method::kDraft, Method::kNgram}) {
+    SCOPED_TRACE(speculative::method_name(m));
+    const double p = homogeneity_p(joint(m, 1.5f, kRequests), plain);
+    std::printf("%s: p = %.4g over %zu cells\n", speculative::method_name(m), p, plain.size());
+    EXPECT_GT(p, 1e-3);
+  }
+  const double control = homogeneity_p(joint(Method::kNone, 0.7f, kRequests), plain);
+  std::printf("plain at temperature 0.7 against 1.5: p = %.4g\n", control);
+  EXPECT_LT(control, 1e-6) << "the test can fail";
 }
 
 }  // namespace
