@@ -232,6 +232,11 @@ int bench(const BenchArgs& a) {
   if (engine_opts.kv_policy.memory > 0) {
     return fail(cmd, "--kv-memory: bench sizes the cache to each test (depth + prompt + generated tokens)");
   }
+  if (engine_opts.spec.method != speculative::Method::kNone) {
+    return fail(cmd, std::string("--spec ") + speculative::method_name(engine_opts.spec.method) +
+                         ": bench measures plain prefill and decode; speculative decoding is measured by "
+                         "bench/speculative.sh (frugal run and eval)");
+  }
   if (a.reps < 1) return fail(cmd, "-r must be at least 1");
   std::vector<int> depths, parallels;
   for (const std::string& v : a.depth_list) {

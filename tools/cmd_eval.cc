@@ -3,6 +3,7 @@
 // speed and memory. Table on stdout, every per-example result in --out JSON, a plot for --sweep.
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "command.h"
@@ -116,6 +117,18 @@ int eval_cmd(const EvalArgs& a) {
       c.label = sweep_name + "=" + v;
       configs.push_back(c);
     }
+  }
+  // Draft models of the configurations that name one, loaded once per path.
+  std::map<std::string, std::unique_ptr<Model>> drafts;
+  for (auto& c : configs) {
+    if (c.gen.spec.method != speculative::Method::kDraft) continue;
+    auto& held = drafts[c.gen.spec.draft_path];
+    if (!held) {
+      auto d = load_draft_model(c.gen, a.engine.device);
+      if (!d.ok()) return fail(cmd, d.status().message());
+      held = std::move(d).value();
+    }
+    c.gen.spec.draft_model = held.get();
   }
   std::vector<eval::EvalReport> reports;
   for (const auto& c : configs) {

@@ -76,6 +76,8 @@ int run(const RunArgs& a) {
   auto lm = load_model(*path, !a.json && a.engine.device == "cpu", a.engine.device);
   if (!lm.ok()) return fail(cmd, lm.status().message());
   const Tokenizer& tok = *lm->tokenizer;
+  auto draft = load_draft_model(go, a.engine.device);
+  if (!draft.ok()) return fail(cmd, draft.status().message());
 
   std::string text = *prompt;
   TokenizeOptions to;
@@ -135,6 +137,14 @@ int run(const RunArgs& a) {
                                 {"stats_ms", res->kv_eviction.stats_ms},
                                 {"reserved_bytes", res->kv_bytes},
                                 {"peak_used_bytes", res->kv_eviction.peak_used_bytes}}},
+                        {"speculative", {{"method", res->speculative.method},
+                                         {"passes", res->speculative.passes},
+                                         {"drafted", res->speculative.drafted},
+                                         {"accepted", res->speculative.accepted},
+                                         {"emitted", res->speculative.emitted},
+                                         {"draft_ms", res->speculative.draft_ms},
+                                         {"acceptance_rate", res->speculative.acceptance_rate()},
+                                         {"tokens_per_pass", res->speculative.tokens_per_pass()}}},
                         {"weights", {{"bytes", lm->model->weights().bytes},
                                      {"repacked_bytes", lm->model->weights().repacked_bytes}}},
                         {"peak_rss_bytes", peak_rss_bytes()}};
@@ -151,6 +161,13 @@ int run(const RunArgs& a) {
                  static_cast<long long>(res->timings.prefill_tokens), res->timings.prefill_tok_s(),
                  static_cast<long long>(res->timings.decode_tokens), res->timings.decode_tok_s(),
                  res->stop_reason.c_str());
+    if (res->speculative.passes > 0) {
+      const SpeculativeStats& sp = res->speculative;
+      std::fprintf(stderr,
+                   "speculative %s: %lld verify passes, %lld drafted, %lld accepted (%.1f%%), %.2f tokens per pass\n",
+                   sp.method.c_str(), static_cast<long long>(sp.passes), static_cast<long long>(sp.drafted),
+                   static_cast<long long>(sp.accepted), 100.0 * sp.acceptance_rate(), sp.tokens_per_pass());
+    }
     if (go.kv_policy.policy != "full" || go.kv_policy.quant != KvQuant::kNone || go.kv_policy.memory > 0) {
       const KvEvictionStats& k = res->kv_eviction;
       std::fprintf(stderr, "kv %s (quant %s): budget %d tokens/head, %lld rounds, %.3f ms/round (%.3f ms statistics); KV %llu "

@@ -87,6 +87,10 @@ int serve(const ServeArgs& a) {
 
   auto lm = load_model(*path, false, a.engine.device);
   if (!lm.ok()) return fail(cmd, lm.status().message());
+  auto draft = load_draft_model(engine_opts, a.engine.device);
+  if (!draft.ok()) return fail(cmd, draft.status().message());
+  // The default of every request; one may opt out ("speculative": false, docs/speculative.md).
+  eo.spec = engine_opts.spec;
   const std::string id = a.alias.empty() ? std::filesystem::path(*path).stem().string() : a.alias;
 
   server::Metrics metrics(id);

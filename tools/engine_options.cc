@@ -36,6 +36,16 @@ constexpr FlagRow kFlags[] = {
     {"kv-memory", "--kv-memory", "TEXT",
      "KV memory budget, e.g. 256MiB: sets the capacity and an evicting policy's budget for this model and kv-quant",
      nullptr},
+    {"spec", "--spec", "TEXT",
+     "speculative decoding: none, draft (a draft model, --draft), ngram (prompt lookup) or layerskip (the model with "
+     "--spec-skip layers skipped)",
+     "none"},
+    {"spec-k", "--spec-k", "INT", "most draft tokens per verify pass (the draft model adapts below it)", "6"},
+    {"spec-skip", "--spec-skip", "INT", "layers the layerskip drafter skips (0: half of the middle layers)", "0"},
+    {"draft", "--draft", "TEXT", "draft model GGUF with the target's vocabulary (implies --spec draft)", nullptr},
+    {"draft-memory", "--draft-memory", "TEXT",
+     "memory budget of the draft model, weights + its KV cache, e.g. 64MiB (default: smaller than the target)",
+     nullptr},
 };
 
 // "-t,--threads" -> "--threads".
@@ -84,7 +94,34 @@ Status apply_engine_flags(const EngineFlags& flags, GenerateOptions& opts) {
                                                             : flags.values.at(option);
     FRUGAL_RETURN_IF_ERROR(set_generate_option(opts, option, value, "--" + option));
   }
+  const auto given = [&](const std::string& name) {
+    for (const auto& [option, opt] : flags.options) {
+      if (option == name) return opt->count() > 0;
+    }
+    return false;
+  };
+  // --draft alone asks for draft-model speculation; with --spec it must agree.
+  if (given("draft") && !given("spec")) opts.spec.method = speculative::Method::kDraft;
+  if (given("draft") && opts.spec.method != speculative::Method::kDraft) {
+    return error(ErrorCode::kInvalidArgument, "--draft: a draft model is for --spec draft, not --spec {}",
+                 speculative::method_name(opts.spec.method));
+  }
   return ok_status();
+}
+
+Result<std::unique_ptr<Model>> load_draft_model(GenerateOptions& opts, const std::string& device) {
+  if (opts.spec.method != speculative::Method::kDraft || opts.spec.draft_model != nullptr) {
+    return std::unique_ptr<Model>();
+  }
+  if (opts.spec.draft_path.empty()) {
+    return error(ErrorCode::kInvalidArgument, "--spec draft: name the draft model with --draft MODEL.gguf");
+  }
+  ModelLoadOptions lo;
+  lo.cpu_layouts = device == "cpu";
+  auto m = Model::load(opts.spec.draft_path, lo);
+  if (!m.ok()) return m.status().with_context("--draft");
+  opts.spec.draft_model = m->get();
+  return std::move(m).value();
 }
 
 std::vector<std::string> given_engine_settings(const EngineFlags& flags) {

@@ -1,5 +1,6 @@
-// The engine flags that `run`, `eval`, `serve` and `bench` share: threads, device, and the KV
-// options (type, policy, budget, buffer, quantization, memory, ...). Each flag is defined once
+// The engine flags that `run`, `eval`, `serve` and `bench` share: threads, device, the KV
+// options (type, policy, budget, buffer, quantization, memory, ...) and speculative decoding
+// (--spec, --spec-k, --draft, --draft-memory). Each flag is defined once
 // here, with its help text and default, and its value is parsed once, by set_generate_option (the
 // parser `eval --set` uses as well), so a flag means the same in every command and a bad value gets
 // the same message everywhere. A command that cannot honour a value (bench measures the
@@ -7,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +46,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::vector<FlagH
 // together (a policy and its budget) are left to validate(), since `eval --sweep` may set the
 // missing one later.
 Status apply_engine_flags(const EngineFlags& flags, GenerateOptions& opts);
+
+// Loads the draft model opts.spec names when its method is `draft` (nothing otherwise: null) for
+// the backend `device`, and points opts.spec.draft_model at it; the model must outlive its use.
+Result<std::unique_ptr<Model>> load_draft_model(GenerateOptions& opts, const std::string& device);
 
 // The given flags as NAME=VALUE settings, e.g. {"kv-quant=int8"} (eval's configuration labels).
 std::vector<std::string> given_engine_settings(const EngineFlags& flags);

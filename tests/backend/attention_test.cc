@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "frugal/core/half.h"
@@ -168,6 +169,64 @@ TEST(Attention, EmptyHistoryGivesZeros) {
   std::vector<float> out(q.size(), -1.f);
   backend_with(2)->attention(q.data(), kvr.value(), 0, seq.data(), pos.data(), 1, p, out.data());
   for (float v : out) EXPECT_EQ(v, 0.f);
+}
+
+}  // namespace
+}  // namespace frugal
+
+namespace frugal {
+namespace {
+
+// A verify pass (speculative decoding): the cache already holds the keys of all of the pass's
+// tokens, and in row-invariant mode each token's output must be bitwise what a one-token pass
+// gives when the cache holds only the keys up to that token, across key-block boundaries.
+TEST(Attention, RowInvariantPassEqualsOneTokenPassesBitwise) {
+  const Scenario scenarios[] = {{"gqa3_f16", 6, 2, 64, 0, DType::kF16}, {"window_f32", 8, 2, 32, 17, DType::kF32}};
+  std::mt19937 rng(91);
+  for (const Scenario& sc : scenarios) {
+    SCOPED_TRACE(sc.name);
+    KvCacheOptions ko;
+    ko.n_layer = 1;
+    ko.n_head_kv = sc.n_head_kv;
+    ko.head_dim = sc.head_dim;
+    ko.capacity = 200;
+    ko.dtype = sc.dtype;
+    auto full = KvCache::create(ko);
+    auto growing = KvCache::create(ko);
+    ASSERT_TRUE(full.ok() && growing.ok());
+    const int32_t first = 120, n = 13;  // queries at 120..132: crosses the key block at 128
+    std::vector<std::vector<float>> ks, vs;
+    for (int32_t p = 0; p < first + n; ++p) {
+      ks.push_back(random_floats(rng, sc.n_head_kv * sc.head_dim, 1.5f));
+      vs.push_back(random_floats(rng, sc.n_head_kv * sc.head_dim));
+      ASSERT_TRUE(full->append(0, 0, p, ks.back().data(), vs.back().data()).ok());
+    }
+    AttentionParams p;
+    p.n_head = sc.n_head;
+    p.n_head_kv = sc.n_head_kv;
+    p.head_dim = sc.head_dim;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(sc.head_dim));
+    p.window = sc.window;
+    const int64_t row = static_cast<int64_t>(sc.n_head) * sc.head_dim;
+    const auto q = random_floats(rng, n * row, 1.5f);
+    std::vector<int32_t> seq(n, 0), pos(n);
+    for (int32_t i = 0; i < n; ++i) pos[i] = first + i;
+    for_each_target_and_threads([&](Backend& be) {
+      std::vector<float> batch(static_cast<size_t>(n * row)), one(static_cast<size_t>(row));
+      be.set_row_invariant(true);
+      be.attention(q.data(), *full, 0, seq.data(), pos.data(), n, p, batch.data());
+      be.set_row_invariant(false);
+      growing->clear(0);
+      for (int32_t t = 0; t < first + n; ++t) {
+        ASSERT_TRUE(growing->append(0, 0, t, ks[t].data(), vs[t].data()).ok());
+        if (t < first) continue;
+        const int32_t i = t - first;
+        be.attention(q.data() + i * row, *growing, 0, seq.data(), pos.data() + i, 1, p, one.data());
+        ASSERT_EQ(0, std::memcmp(one.data(), batch.data() + i * row, static_cast<size_t>(row) * sizeof(float)))
+            << "token " << i;
+      }
+    });
+  }
 }
 
 }  // namespace

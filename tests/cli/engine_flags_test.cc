@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kCommands = {"run", "eval", "serve", "bench"};
 const std::vector<std::string> kSharedFlags = {"--threads",  "--device",    "--kv-type",           "--kv-policy",
                                                "--kv-budget", "--kv-budget-of", "--kv-buffer",     "--kv-protect-prompt",
-                                               "--kv-seed",  "--kv-quant",  "--kv-memory"};
+                                               "--kv-seed",  "--kv-quant",  "--kv-memory", "--spec",
+                                               "--spec-k",   "--spec-skip", "--draft",     "--draft-memory"};
 
 class EngineFlags : public ::testing::Test {
  protected:
@@ -66,6 +67,10 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
       {"--kv-seed x7", "--kv-seed: 'x7' is not an unsigned 64-bit integer"},
       {"--threads -1", "--threads: -1 is negative (0: all cores)"},
       {"--device tpu", "--device 'tpu': expected cpu or cuda"},
+      {"--spec medusa", "--spec: speculative method 'medusa' is not none, draft, ngram or layerskip"},
+      {"--spec-k 0", "--spec-k: 0 is not in [1, 32]"},
+      {"--draft-memory 3Q", "--draft-memory: '3Q' is not a size"},
+      {"--spec ngram --draft x.gguf", "--draft: a draft model is for --spec draft, not --spec ngram"},
   };
   for (const auto& cmd : kCommands) {
     for (const auto& c : cases) {
@@ -89,6 +94,18 @@ TEST_F(EngineFlags, BenchKeepsEveryTokenAndRefusesEviction) {
                        "frugal bench: --kv-memory: bench sizes the cache to each test");
 }
 
+TEST_F(EngineFlags, SpeculationIsRefusedWhereItCannotRun) {
+  expect_clean_failure(run_frugal(command("run", "--spec ngram --kv-policy window --kv-budget 32 --kv-buffer 8")),
+                       "frugal run: speculative decoding (--spec ngram) needs a keep-everything unquantized KV cache");
+  expect_clean_failure(run_frugal(command("run", "--spec draft")),
+                       "frugal run: --spec draft: name the draft model with --draft MODEL.gguf");
+  expect_clean_failure(run_frugal(command("run", "--draft /nonexistent/draft.gguf")), "frugal run: --draft");
+  expect_clean_failure(run_frugal(command("bench", "--spec ngram")), "frugal bench: --spec ngram: bench measures");
+  // The tiny model as its own draft: not smaller than its target.
+  expect_clean_failure(run_frugal(command("run", "--draft " + *model_)),
+                       "frugal run: draft model: its weights take");
+}
+
 TEST_F(EngineFlags, GoodValuesAreHonoured) {
   CmdResult r = run_frugal(command("run", "-n 3 --temp 0 -t 1 --kv-type f32 --kv-policy window --kv-budget 8 "
                                           "--kv-buffer 2 --kv-quant int8 --json"));
@@ -100,6 +117,9 @@ TEST_F(EngineFlags, GoodValuesAreHonoured) {
   r = run_frugal(command("bench", "-p 8 -n 2 -r 1 -t 1 --kv-quant int8 --no-roofline --json"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"kv_quant\": \"int8\""), std::string::npos) << r.out;
+  r = run_frugal(command("run", "-n 6 --temp 0 -t 1 --spec ngram --spec-k 4 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"method\":\"ngram\""), std::string::npos) << r.out;
   r = run_frugal(command("eval", "--tasks passkey --lengths 192 -n 1 --no-ref -q -t 1 --kv-quant int8"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("kv-quant=int8"), std::string::npos) << "the configuration's label names the flag: " << r.out;

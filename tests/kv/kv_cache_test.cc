@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
@@ -157,6 +158,80 @@ TEST(KvCache, KeepTokensCompactsOneHeadOnly) {
   ASSERT_TRUE(c->append(0, 0, 15, ks[0].data(), ks[0].data()).ok());
   EXPECT_EQ(c->size(0, 0, 1), 4);
   EXPECT_EQ(c->positions(0, 0, 1)[3], 15);
+}
+
+}  // namespace
+}  // namespace frugal
+
+namespace frugal {
+namespace {
+
+// Speculative decoding's rollback: a sequence that wrote rows for k draft tokens and kept only a
+// of them must be, after truncate(), the cache of a sequence that only ever wrote the kept rows:
+// same rows byte for byte, same positions, same pages held, the rest back in the pool, and later
+// appends land where they would have. Random lengths across page boundaries, two sequences
+// sharing the pool (the other one must be untouched).
+TEST(KvCache, TruncateRollsBackRejectedDraftsExactly) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 60; ++trial) {
+    KvCacheOptions o;
+    o.n_layer = 2;
+    o.n_head_kv = 2;
+    o.head_dim = 4;
+    o.n_seq = 2;
+    o.capacity = 96;
+    o.page_tokens = 4;
+    o.n_pages = 2 * 2 * 2 * 24;
+    o.dtype = trial % 2 ? DType::kF16 : DType::kF32;
+    auto spec = KvCache::create(o);
+    auto plain = KvCache::create(o);
+    ASSERT_TRUE(spec.ok() && plain.ok());
+    const int32_t n = static_cast<int32_t>(rng() % 40);  // rows before the verify pass
+    const int32_t k = 1 + static_cast<int32_t>(rng() % 9);  // the pass: the last token + k drafts
+    const int32_t kept = static_cast<int32_t>(rng() % (k + 1));
+    const int32_t later = static_cast<int32_t>(rng() % 10);  // rows appended after the rollback
+    std::vector<std::vector<float>> rows;
+    // Enough rows for sequence 0's writes and sequence 1's nine.
+    for (int32_t p = 0; p < std::max(n + 1 + k + later, 9); ++p) {
+      rows.push_back(random_row(rng, o.n_head_kv * o.head_dim));
+    }
+    const auto write = [&](KvCache& c, int seq, int32_t from, int32_t to, int32_t row_offset) {
+      for (int32_t p = from; p < to; ++p) {
+        for (int l = 0; l < o.n_layer; ++l) {
+          const auto& r = rows[static_cast<size_t>(p + row_offset)];
+          ASSERT_TRUE(c.append(l, seq, p, r.data(), r.data()).ok());
+        }
+      }
+    };
+    // Sequence 1 of both caches: some other sequence in the pool.
+    write(*spec, 1, 0, 9, 0);
+    write(*plain, 1, 0, 9, 0);
+    ASSERT_TRUE(spec->reserve(0, n + 1 + k).ok());
+    write(*spec, 0, 0, n + 1 + k, 0);
+    spec->truncate(0, n + 1 + kept);
+    write(*plain, 0, 0, n + 1 + kept, 0);
+    // The rejected drafts' successors differ from what was drafted: new rows after the rollback.
+    write(*spec, 0, n + 1 + kept, n + 1 + kept + later, k - kept);
+    write(*plain, 0, n + 1 + kept, n + 1 + kept + later, k - kept);
+    ASSERT_EQ(spec->free_pages(), plain->free_pages()) << "trial " << trial;
+    for (int seq = 0; seq < 2; ++seq) {
+      ASSERT_EQ(spec->pages_held(seq), plain->pages_held(seq));
+      ASSERT_EQ(spec->max_pos(seq), plain->max_pos(seq));
+      for (int l = 0; l < o.n_layer; ++l) {
+        for (int h = 0; h < o.n_head_kv; ++h) {
+          const int32_t size = plain->size(l, seq, h);
+          ASSERT_EQ(spec->size(l, seq, h), size);
+          ASSERT_TRUE(std::equal(plain->positions(l, seq, h), plain->positions(l, seq, h) + size,
+                                 spec->positions(l, seq, h)));
+          std::vector<float> ka(static_cast<size_t>(size * o.head_dim)), kb(ka.size()), va(ka.size()), vb(ka.size());
+          spec->read_rows(l, seq, h, ka.data(), va.data());
+          plain->read_rows(l, seq, h, kb.data(), vb.data());
+          ASSERT_EQ(ka, kb) << "trial " << trial << " layer " << l << " head " << h;
+          ASSERT_EQ(va, vb);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

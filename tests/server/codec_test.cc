@@ -212,6 +212,32 @@ TEST_F(CodecTest, EveryApiReadsKvPolicyAndBudget) {
   }
 }
 
+// speculative is an extension field at the top level of every generation API's body: absent (the
+// server's default), true or false; anything else is a 400 naming it.
+TEST_F(CodecTest, EveryApiReadsTheSpeculativeOptOut) {
+  std::vector<std::pair<std::unique_ptr<GenerationCodec>, std::string>> apis;
+  apis.emplace_back(make_openai_chat_codec(*served_, 1), R"("model": "tiny", "messages": [{"role": "user", "content": "x"}])");
+  apis.emplace_back(make_openai_completion_codec(*served_, 1), R"("model": "tiny", "prompt": "x")");
+  apis.emplace_back(make_anthropic_codec(*served_),
+                    R"("model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}])");
+  apis.emplace_back(make_ollama_generate_codec(*served_), R"("model": "tiny", "prompt": "x")");
+  apis.emplace_back(make_ollama_chat_codec(*served_), R"("model": "tiny", "messages": [{"role": "user", "content": "x"}])");
+  for (auto& [codec, body] : apis) {
+    SCOPED_TRACE(body);
+    GenSpec plain, off, on, bad;
+    ASSERT_FALSE(parse(*codec, "{" + body + "}", plain));
+    EXPECT_FALSE(plain.options.speculative.has_value());
+    ASSERT_FALSE(parse(*codec, "{" + body + R"(, "speculative": false})", off));
+    EXPECT_EQ(off.options.speculative, std::optional<bool>(false));
+    ASSERT_FALSE(parse(*codec, "{" + body + R"(, "speculative": true})", on));
+    EXPECT_EQ(on.options.speculative, std::optional<bool>(true));
+    auto e = parse(*codec, "{" + body + R"(, "speculative": "no"})", bad);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->status, 400);
+    EXPECT_NE(e->message.find("speculative"), std::string::npos) << e->message;
+  }
+}
+
 TEST_F(CodecTest, ErrorShapesFollowEachApi) {
   const ApiError e = bad_request("bad thing", "max_tokens");
   EXPECT_EQ(dump(error_json(ApiKind::kOpenAI, e)),
@@ -389,6 +415,25 @@ TEST_F(CodecTest, MetricsCountEvictionRoundsAndKvPolicies) {
        {"frugal:kv_eviction_rounds_total{model_name=\"tiny\"} 3", "frugal:kv_eviction_seconds_total{model_name=\"tiny\"} 1.5",
         "frugal:kv_policy_requests_total{model_name=\"tiny\",policy=\"full\",quant=\"none\"} 1",
         "frugal:kv_policy_requests_total{model_name=\"tiny\",policy=\"random\",quant=\"int8\"} 1"}) {
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+  }
+}
+
+TEST_F(CodecTest, MetricsCountSpeculativeTokens) {
+  Metrics m("tiny");
+  for (int64_t drafted : {12, 30}) {
+    FinishedRequest f = finished(FinishReason::kEos, 10, 20);
+    f.speculative.method = "ngram";
+    f.speculative.passes = drafted / 3;
+    f.speculative.drafted = drafted;
+    f.speculative.accepted = drafted / 2;
+    m.observe(f);
+  }
+  m.observe(finished(FinishReason::kEos, 10, 5));  // plain: adds nothing
+  const std::string text = m.render(EngineStats{});
+  for (const char* needle : {"frugal:spec_verify_passes_total{model_name=\"tiny\"} 14",
+                             "frugal:spec_draft_tokens_total{model_name=\"tiny\"} 42",
+                             "frugal:spec_accepted_tokens_total{model_name=\"tiny\"} 21"}) {
     EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
   }
 }

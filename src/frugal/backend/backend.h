@@ -54,6 +54,12 @@ class Backend {
   virtual uint64_t contended_dispatches() const { return 0; }
 
   // y[t][r] = sum_k x[t][k] * W[r][k] (+ bias[r]); x [n][w.cols], y [n][w.rows].
+  // While on, every row of a multi-token product is computed exactly as the same row alone would
+  // be (n = 1), bit for bit, so a pass over several tokens of a sequence gives each the logits of
+  // one-token decoding: speculative verification is then exactly plain greedy decoding. Set by
+  // Model::forward from Batch::row_invariant. A backend whose kernels are row-invariant anyway
+  // ignores it.
+  virtual void set_row_invariant(bool on) { (void)on; }
   virtual void matmul(const WeightTensor& w, const float* x, int64_t n, float* y,
                       const float* bias = nullptr) = 0;
   // y[i][:] = W[ids[i]][:] as floats; y [n][w.cols].

@@ -388,6 +388,42 @@ TokenId Sampler::draw() {
   return candidates_[last_positive].id;  // rounding left target at the very end
 }
 
+void Sampler::distribution(const float* logits, std::span<const TokenId> history, float* probs) {
+  std::fill(probs, probs + n_vocab_, 0.0f);
+  load_logits(logits, history);
+  if (!(params_.temperature > 0.0f)) {
+    const TokenId best = argmax();
+    candidates_[0] = {work_[best], best};
+    n_cand_ = 1;
+    sorted_ = 1;
+    probs[best] = 1.0f;
+    return;
+  }
+  apply_top_k(params_.top_k);
+  apply_top_p(params_.top_p);
+  apply_min_p(params_.min_p);
+  // The weights draw() gives the support, normalized (same float rounding of each weight).
+  float mx = kNegInf;
+  for (size_t i = 0; i < n_cand_; ++i) mx = std::max(mx, candidates_[i].logit);
+  if (mx == kNegInf) {
+    sort_prefix(1);
+    probs[candidates_[0].id] = 1.0f;
+    return;
+  }
+  const double inv_t = 1.0 / params_.temperature;
+  double sum = 0.0;
+  for (size_t i = 0; i < n_cand_; ++i) {
+    const float w = static_cast<float>(std::exp((static_cast<double>(candidates_[i].logit) - mx) * inv_t));
+    probs[candidates_[i].id] = w;
+    sum += w;
+  }
+  const double inv_sum = 1.0 / sum;
+  for (size_t i = 0; i < n_cand_; ++i) {
+    float& w = probs[candidates_[i].id];
+    w = static_cast<float>(w * inv_sum);
+  }
+}
+
 TokenId Sampler::sample(const float* logits, std::span<const TokenId> history) {
   load_logits(logits, history);
   if (!(params_.temperature > 0.0f)) {

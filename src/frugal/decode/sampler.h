@@ -70,6 +70,14 @@ class Sampler {
   // The same, with the history collected through accept().
   TokenId sample(const float* logits) { return sample(logits, history_); }
 
+  // The distribution sample() draws from, written to probs[n_vocab]: penalties, top-k, top-p and
+  // min-p as sample() applies them, then the temperature softmax over the surviving support (zero
+  // everywhere else); one-hot at the argmax when greedy. Draws nothing, so the generator's stream
+  // is untouched. Speculative decoding applies its acceptance rule to these (decode/speculative).
+  void distribution(const float* logits, std::span<const TokenId> history, float* probs);
+  // A uniform draw in [0, 1) from this sampler's seeded generator (53 random bits).
+  double uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
   // Records a token (prompt or generated) in the sampler's own history; older tokens than the
   // penalty window are dropped in batches (nothing is kept when repeat_last_n is 0, all when -1).
   void accept(TokenId id);

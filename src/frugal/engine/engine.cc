@@ -7,6 +7,8 @@
 #include <optional>
 
 #include "frugal/core/half.h"
+#include "frugal/decode/speculative/draft_length.h"
+#include "frugal/decode/speculative/verify.h"
 
 namespace frugal {
 
@@ -41,6 +43,11 @@ struct Engine::Active {
   double arrival = 0, admitted = -1, first_token = -1, last_token = -1;
   int64_t cached = 0, prefill_tokens = 0, decode_forwards = 0, generated = 0;
   telemetry::PhaseRecord prefill_rec, decode_rec;
+  // Speculative decoding, when the request has it: the drafter's sampler (the request's transform
+  // with a generator of its own, so drafting never moves the target's stream) and draft length.
+  std::optional<Sampler> draft_sampler;
+  std::optional<speculative::DraftLength> draft_len;
+  SpeculativeStats spec;
   ModelWork own_work;  // with its own KV state: its cache's bytes per position
 };
 
@@ -133,12 +140,37 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   }
   KvCacheOptions ko = model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype);
   ko.n_pages = n_pages;
+  std::unique_ptr<speculative::Drafter> drafter;
+  if (opts.spec.method != speculative::Method::kNone) {
+    const char* method = speculative::method_name(opts.spec.method);
+    // Verification rolls rejected tokens back out of the host page tables; a device-resident
+    // cache has no such rollback yet.
+    if (!paged) {
+      return error(ErrorCode::kNotSupported, "speculative decoding (--spec {}) runs on the cpu backend, not {}", method,
+                   backend.name());
+    }
+    if (needs_own_kv(opts.kv)) {
+      return error(ErrorCode::kNotSupported,
+                   "speculative decoding (--spec {}) needs a keep-everything unquantized KV cache, not kv policy '{}' "
+                   "with kv-quant {} and a per-sequence kv-memory of {} bytes: rejected draft tokens cannot be rolled "
+                   "back out of an evicted or quantized cache",
+                   method, opts.kv.policy, kv_quant_name(opts.kv.quant), opts.kv.memory);
+    }
+    speculative::DrafterContext dc;
+    dc.target = &model;
+    dc.backend = &backend;
+    dc.n_slots = opts.n_parallel;
+    dc.capacity = static_cast<int32_t>(capacity);
+    dc.kv_dtype = opts.kv_dtype;
+    FRUGAL_ASSIGN_OR_RETURN(drafter, speculative::make_drafter(opts.spec, dc));
+  }
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(ko));
-  return std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv), static_cast<int32_t>(capacity)));
+  return std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv), static_cast<int32_t>(capacity),
+                                            std::move(drafter)));
 }
 
 Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const EngineOptions& opts, KvCache kv,
-               int32_t slot_capacity)
+               int32_t slot_capacity, std::unique_ptr<speculative::Drafter> drafter)
     : model_(model),
       tok_(tok),
       backend_(backend),
@@ -162,8 +194,13 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
     pieces_[v] = tok.piece(id, false);
     blocked_[v] = (tok.is_control(id) && !tok.is_eog(id)) || (pieces_[v].empty() && !tok.is_eog(id));
   }
-  logits_.resize(static_cast<size_t>(opts.n_parallel) * n_vocab);
   greedy_.resize(static_cast<size_t>(opts.n_parallel));
+  drafter_ = std::move(drafter);
+  // A speculating sequence asks for logits at its last token and at each of up to k drafts.
+  const size_t rows_per_slot = drafter_ ? 1 + static_cast<size_t>(opts.spec.k) : 1;
+  logits_.resize(static_cast<size_t>(opts.n_parallel) * rows_per_slot * n_vocab);
+  drafts_.resize(static_cast<size_t>(opts.n_parallel));
+  spec_probs_.resize(n_vocab);
   masked_.resize(n_vocab);
   const auto& ko = kv_.options();
   kbuf_.resize(static_cast<size_t>(ko.n_head_kv) * ko.head_dim);
@@ -267,8 +304,25 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
     shape.dtype = opts_.kv_dtype;
     FRUGAL_ASSIGN_OR_RETURN(own, make_sequence_kv(model_, kv, shape));
   }
+  bool speculate = false;
+  if (req.speculative.value_or(true)) {
+    const std::string why = speculation_refusal(req, own != nullptr, evictor != nullptr);
+    speculate = why.empty();
+    // Asked for explicitly, a refusal is the request's error; by default it decodes plainly.
+    if (!speculate && req.speculative.value_or(false)) {
+      return error(ErrorCode::kInvalidArgument, "speculative: {}", why);
+    }
+  }
   const SeqId id = next_id_.fetch_add(1);
   auto act = std::make_unique<Active>(id, std::move(req), tok_, std::move(so), n_vocab);
+  if (speculate) {
+    SamplingParams dp = act->req.sampling;
+    dp.seed = act->sampler.seed() ^ 0x5bd1e9955bd1e995ull;
+    if (dp.seed == kSeedFromTime) dp.seed = 0;
+    act->draft_sampler.emplace(dp, n_vocab);
+    act->draft_len.emplace(opts_.spec.k, drafter_->cost_ratio());
+    act->spec.method = speculative::method_name(drafter_->method());
+  }
   act->prefill_rec.energy.source = tel_->meter().source();
   act->decode_rec.energy.source = tel_->meter().source();
   act->own_work = model_work(model_, opts_.kv_dtype, kv.quant);
@@ -352,6 +406,7 @@ void Engine::step() {
     }
   }
   if (uses_pool()) reserve_pages(plan);
+  if (drafter_) draft(plan);
 
   // Sequences in the shared slot cache go through one forward pass together; a sequence with a
   // KV state of its own (eviction, quantization) through one pass on its own cache.
@@ -378,12 +433,21 @@ void Engine::step() {
     for (int32_t p = it.begin; p < it.end; ++p) {
       batch_.add(toks[static_cast<size_t>(p)], p, it.slot, it.logits && p + 1 == it.end);
     }
+    // A draft continues the sequence in the same pass, with the target's logits at every token.
+    const std::vector<TokenId>& drafted = drafts_[static_cast<size_t>(it.slot)].tokens;
+    for (size_t j = 0; j < drafted.size(); ++j) batch_.add(drafted[j], it.end + static_cast<int32_t>(j), it.slot, true);
+    step_tokens += static_cast<int64_t>(drafted.size());
   }
   // The step's energy: one counter interval around all of its passes (none when nothing runs or
   // there is no counter), shared among its sequences by tokens below.
   const bool metered = !items.empty() && tel_->meter().source() != telemetry::EnergySource::kUnavailable;
   if (!items.empty() && tel_->sampler() != nullptr) tel_->sampler()->set_busy(true);
   telemetry::IntervalMeter step_meter(metered ? &tel_->meter() : nullptr);
+  // A step carrying drafts computes every row as one-token decoding would (Batch::row_invariant),
+  // so greedy verification keeps exactly plain decoding's tokens.
+  batch_.row_invariant = std::any_of(drafts_.begin(), drafts_.end(), [](const auto& d) { return !d.tokens.empty(); });
+  // Verification reads whole logits rows, one per drafted token.
+  if (batch_.row_invariant) greedy_step = false;
   Status shared_st = ok_status();
   if (batch_.size() > 0) {
     SlotObservers observers(slot_observers_);
@@ -407,7 +471,8 @@ void Engine::step() {
     } else if (it.logits && greedy_step) {
       picked = greedy_[row++];
     } else if (it.logits) {
-      out = logits_.data() + row++ * n_vocab;
+      out = logits_.data() + row * n_vocab;
+      row += 1 + drafts_[static_cast<size_t>(it.slot)].tokens.size();
     }
     if (!st.ok()) {
       finish(it.id, FinishReason::kError, st);  // `r` is gone from here on
@@ -439,11 +504,17 @@ void Engine::step() {
       r.peak_held_bytes = std::max(r.peak_held_bytes, static_cast<uint64_t>(kv_.pages_held(it.slot)) * kv_.page_bytes());
     }
     // A sequence on its own KV state ran a pass of its own: all of that pass's weight reads are its.
-    const double share = static_cast<double>(it.end - it.begin) / static_cast<double>(std::max<int64_t>(step_tokens, 1));
+    const auto n_drafted = static_cast<int32_t>(drafts_[static_cast<size_t>(it.slot)].tokens.size());
+    const double share =
+        static_cast<double>(it.end - it.begin + n_drafted) / static_cast<double>(std::max<int64_t>(step_tokens, 1));
     telemetry::PhaseRecord& rec = prefill ? r.prefill_rec : r.decode_rec;
-    rec.work.merge(r.own ? r.own_work.chunk(it.begin, it.end, 1.0) : work_.chunk(it.begin, it.end, share));
+    rec.work.merge(r.own ? r.own_work.chunk(it.begin, it.end, 1.0) : work_.chunk(it.begin, it.end + n_drafted, share));
     if (metered) rec.energy.add(step_energy, share);
-    if (it.logits && (rows[i] != nullptr || chosen[i] >= 0)) on_logits(r, rows[i], chosen[i]);
+    if (it.logits && n_drafted > 0) {
+      verify(r, it, rows[i]);
+    } else if (it.logits && (rows[i] != nullptr || chosen[i] >= 0)) {
+      on_logits(r, rows[i], chosen[i]);
+    }
   }
   {
     std::unique_lock<std::mutex> lk(mu_);
@@ -629,13 +700,16 @@ bool Engine::wants_greedy_token(const Active& r) {
 }
 
 void Engine::on_logits(Active& r, const float* logits, TokenId chosen) {
+  (void)emit(r, chosen >= 0 ? chosen : pick_token(r, logits), logits);
+}
+
+bool Engine::emit(Active& r, TokenId t, const float* logits) {
   const double now = now_s();
   if (r.first_token < 0) {
     r.first_token = now;
     if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
   }
   r.last_token = now;
-  const TokenId t = chosen >= 0 ? chosen : pick_token(r, logits);
   TokenOutput out;
   out.id = t;
   out.piece = pieces_[static_cast<size_t>(t)];
@@ -659,15 +733,121 @@ void Engine::on_logits(Active& r, const float* logits, TokenId chosen) {
                             : u.reason == StopReason::kStopString ? FinishReason::kStop
                                                                   : FinishReason::kLength;
     finish(r.id, fr);
-    return;
+    return false;
   }
   if (!sched_.append(r.id, t)) {
     StopUpdate rest = r.stop.finish();
     r.handle->push(u.text + rest.text + r.detok.finish(), &out);
     finish(r.id, FinishReason::kContext);
-    return;
+    return false;
   }
   r.handle->push(u.text, &out);
+  return true;
+}
+
+std::string Engine::speculation_refusal(const RequestOptions& req, bool own_kv, bool evicts) const {
+  if (!drafter_) return "this engine runs without a drafter (start it with --spec draft or --spec ngram)";
+  if (req.json_schema) {
+    return "speculative decoding does not run under a JSON schema constraint (drafts are not masked by the grammar); "
+           "send \"speculative\": false or drop the schema";
+  }
+  if (own_kv || evicts) {
+    const KvPolicyOptions& kv = req.kv ? *req.kv : opts_.kv;
+    return fmt::format(
+        "speculative decoding needs a keep-everything unquantized KV cache, not kv policy '{}' with kv-quant {}: "
+        "rejected draft tokens cannot be rolled back out of an evicted or quantized cache",
+        kv.policy, kv_quant_name(kv.quant));
+  }
+  return {};
+}
+
+void Engine::draft(const StepPlan& plan) {
+  for (auto& d : drafts_) {
+    d.tokens.clear();
+    d.q.clear();
+  }
+  std::vector<speculative::DraftSequence> seqs;
+  std::vector<int> slots;
+  std::vector<Active*> owners;
+  int32_t budget = opts_.max_step_tokens - plan.n_tokens();
+  for (const auto& it : plan.items) {
+    if (!sched_.is_running(it.id)) continue;
+    Active& r = *active_.at(it.id);
+    // Decoding steps only: one token, the last sampled, whose logits pick the next.
+    if (!r.draft_len || !it.logits || it.end - it.begin != 1 || it.begin < sched_.n_prompt(it.id)) continue;
+    const auto toks = sched_.tokens(it.id);
+    int32_t k = r.draft_len->next();
+    k = std::min<int32_t>(k, slot_capacity_ - static_cast<int32_t>(toks.size()));  // rows for every draft
+    if (r.req.max_tokens >= 0) k = std::min<int32_t>(k, r.req.max_tokens - static_cast<int32_t>(r.generated) - 1);
+    k = std::min(k, budget);
+    if (k <= 0) continue;
+    // Drafts only use free pages: they never preempt or drop a cached prefix.
+    if (uses_pool() && !kv_.reserve(it.slot, 1 + k).ok()) continue;
+    budget -= k;
+    seqs.push_back({it.slot, toks, k, &*r.draft_sampler});
+    slots.push_back(it.slot);
+    owners.push_back(&r);
+  }
+  if (seqs.empty()) return;
+  std::vector<speculative::Draft> out(seqs.size());
+  const double t0 = now_s();
+  const Status st = drafter_->propose(seqs, out);
+  const double draft_ms = (now_s() - t0) * 1e3;
+  int64_t proposed = 0;
+  for (const auto& d : out) proposed += static_cast<int64_t>(d.tokens.size());
+  for (size_t i = 0; i < out.size() && st.ok(); ++i) {
+    owners[i]->spec.draft_ms += proposed > 0 ? draft_ms * static_cast<double>(out[i].tokens.size()) / proposed
+                                             : draft_ms / static_cast<double>(out.size());
+  }
+  if (!st.ok()) {
+    // The draft model failed (a broken draft file, not the request): its sequences end with why.
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      auto found = std::find_if(active_.begin(), active_.end(),
+                                [&](const auto& a) { return sched_.slot_of(a.first) == slots[i]; });
+      if (found == active_.end()) continue;
+      finish(found->first, FinishReason::kError, st.with_context("speculative drafter"));
+    }
+    return;
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (static_cast<int32_t>(out[i].tokens.size()) > seqs[i].max_tokens) {
+      out[i].tokens.resize(static_cast<size_t>(seqs[i].max_tokens));
+    }
+    drafts_[static_cast<size_t>(slots[i])] = std::move(out[i]);
+  }
+}
+
+void Engine::verify(Active& r, const StepItem& it, const float* logits) {
+  const speculative::Draft& d = drafts_[static_cast<size_t>(it.slot)];
+  const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  const auto n_drafted = static_cast<int32_t>(d.tokens.size());
+  const auto toks = sched_.tokens(r.id);
+  const auto n_tok = static_cast<int32_t>(toks.size());  // == it.end: the last token was just computed
+  spec_history_.assign(toks.begin(), toks.end());
+  spec_history_.insert(spec_history_.end(), d.tokens.begin(), d.tokens.end());
+  const speculative::Verdict v =
+      speculative::verify_draft(logits, n_vocab, spec_history_, d, r.sampler, spec_probs_);
+  const int32_t accepted = v.accepted;
+  const TokenId next = v.next;
+  // Rows of rejected drafts go; positions < n_tok + accepted are the sequence's tokens so far.
+  kv_.truncate(it.slot, n_tok + accepted);
+  r.draft_len->update(n_drafted, accepted);
+  ++r.spec.passes;
+  r.spec.drafted += n_drafted;
+  r.spec.accepted += accepted;
+  const SeqId id = r.id;
+  for (int32_t j = 0; j <= accepted; ++j) {
+    const TokenId t = j < accepted ? d.tokens[static_cast<size_t>(j)] : next;
+    ++r.spec.emitted;
+    if (!emit(r, t, logits + static_cast<size_t>(j) * n_vocab)) {
+      // Ended (`r` is gone): the slot keeps, as after plain decoding, the rows of the tokens before
+      // the last one emitted, not those of kept drafts nobody will read.
+      kv_.truncate(it.slot, n_tok + j);
+      return;
+    }
+    // A kept draft's row is in the cache already; the target's own token is fed next step.
+    if (j < accepted) sched_.set_computed(id, n_tok + j + 1);
+  }
 }
 
 void Engine::finish(SeqId id, FinishReason reason, Status err) {
@@ -685,6 +865,7 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   f.prompt_tokens = static_cast<int64_t>(r.req.prompt.size());
   f.generated_tokens = r.generated;
   f.seed = r.sampler.seed();
+  f.speculative = r.spec;
   RequestTimings& t = f.timings;
   const double admitted = r.admitted >= 0 ? r.admitted : now;
   t.queue_ms = (admitted - r.arrival) * 1e3;
@@ -696,7 +877,8 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   }
   t.total_ms = (now - r.arrival) * 1e3;
   t.prefill_tokens = r.prefill_tokens;
-  t.decode_tokens = r.decode_forwards;
+  // Decode tokens: one per plain pass, and what each verify pass produced.
+  t.decode_tokens = r.decode_forwards - r.spec.passes + r.spec.emitted;
   t.cached_tokens = r.cached;
   t.prefill = r.prefill_rec;
   t.decode = r.decode_rec;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "frugal/backend/backend.h"
+#include "frugal/decode/speculative/drafter.h"
 #include "frugal/engine/request.h"
 #include "frugal/engine/scheduler.h"
 #include "frugal/engine/sequence_kv.h"
@@ -44,6 +45,9 @@ struct EngineOptions {
   // Hardware sampling period of each request's phases (0: no sampler thread). The energy meter
   // is the backend's (telemetry/telemetry.h: NVML on cuda, RAPL on the CPU).
   double telemetry_period_s = 0.05;
+  // Speculative decoding (cpu backend, keep-everything unquantized KV): a drafter proposes up to
+  // spec.k tokens per decoding sequence and step, verified in the step's one forward pass.
+  speculative::SpeculativeOptions spec;
 };
 
 struct EngineStats {
@@ -92,7 +96,7 @@ class Engine {
  private:
   struct Active;
   Engine(Model& model, const Tokenizer& tok, Backend& backend, const EngineOptions& opts, KvCache kv,
-         int32_t slot_capacity);
+         int32_t slot_capacity, std::unique_ptr<speculative::Drafter> drafter);
   void loop();
   void step();
   void take_incoming(double now);
@@ -100,6 +104,16 @@ class Engine {
   // The request's next token: picked from `logits`, or `chosen` when the step already picked it
   // (a greedy step, see wants_greedy_token; `logits` is then null).
   void on_logits(Active& r, const float* logits, TokenId chosen = -1);
+  // Sends token `t` (chosen from `logits`) to the request and its stop rules; false once the
+  // request has ended (then `r` is gone).
+  bool emit(Active& r, TokenId t, const float* logits);
+  // Why request `r` cannot be decoded speculatively, or empty when it can.
+  std::string speculation_refusal(const RequestOptions& req, bool own_kv, bool evicts) const;
+  // Drafts for the decoding sequences of the plan that speculate (drafts_ by slot).
+  void draft(const StepPlan& plan);
+  // Verifies slot `it.slot`'s draft against the target's rows from `logits` (1 + draft rows),
+  // rolls rejected tokens out of the KV cache and emits what was kept.
+  void verify(Active& r, const StepItem& it, const float* logits);
   TokenId pick_token(Active& r, const float* logits);
   // Whether the request's token is the greedy token of its raw logits and nothing else reads them
   // (no constraint, no log-probabilities): its row may come back as a token id alone.
@@ -135,6 +149,10 @@ class Engine {
   std::vector<float> kbuf_, vbuf_;     // [n_head_kv * head_dim] for copying rows
   Batch batch_;
   Batch own_batch_;                    // one sequence with a KV state of its own
+  std::unique_ptr<speculative::Drafter> drafter_;  // null: no speculation
+  std::vector<speculative::Draft> drafts_;  // [slot] this step's draft (empty: none)
+  std::vector<TokenId> spec_history_;       // tokens + a draft, for the sampler's penalties
+  std::vector<float> spec_probs_;           // [n_vocab] the target's distribution at one position
   std::vector<AttentionObserver*> slot_observers_;  // [slot] during a step's forward pass
   int64_t promised_pages_ = 0;         // pages admissions of the current plan will need
   std::chrono::steady_clock::time_point t0_;

@@ -37,6 +37,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   eo.queue_timeout_s = std::numeric_limits<double>::infinity();
   eo.prefix_cache = false;
   eo.kv = opts.kv_policy;
+  eo.spec = opts.spec;
   FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, tok, backend, eo));
   RequestOptions req;
   req.prompt = prompt;
@@ -44,6 +45,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   req.max_tokens = opts.n_predict > 0 ? opts.n_predict : -1;
   req.stop = opts.stop;
   req.ignore_eos = opts.ignore_eos;
+  if (opts.spec.method != speculative::Method::kNone) req.speculative = true;
   FRUGAL_ASSIGN_OR_RETURN(std::shared_ptr<RequestHandle> handle, engine->submit(std::move(req)));
 
   RequestUpdate u;
@@ -62,6 +64,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   res.timings = f.timings;
   res.kv_bytes = f.kv_bytes;
   res.kv_eviction = f.kv;
+  res.speculative = f.speculative;
   return res;
 }
 
@@ -107,7 +110,7 @@ Result<uint64_t> parse_u64(const std::string& label, const std::string& value) {
 std::vector<std::string> generate_option_names() {
   return {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
           "kv-policy", "kv-budget", "kv-budget-of", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant",
-          "kv-memory"};
+          "kv-memory", "spec", "spec-k", "spec-skip", "draft", "draft-memory"};
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value,
@@ -177,6 +180,39 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
     o.kv_policy.memory = *bytes;
     return ok_status();
   }
+  if (name == "spec") {
+    auto method = speculative::parse_method(value);
+    if (!method.ok()) return method.status().with_context(label);
+    o.spec.method = *method;
+    return ok_status();
+  }
+  if (name == "spec-k") {
+    FRUGAL_ASSIGN_OR_RETURN(o.spec.k, parse_int(label, value));
+    if (o.spec.k < 1 || o.spec.k > 32) {
+      return error(ErrorCode::kInvalidArgument, "{}: {} is not in [1, 32]", label, o.spec.k);
+    }
+    return ok_status();
+  }
+  if (name == "spec-skip") {
+    FRUGAL_ASSIGN_OR_RETURN(o.spec.skip_layers, parse_int(label, value));
+    if (o.spec.skip_layers < 0) {
+      return error(ErrorCode::kInvalidArgument, "{}: {} is negative", label, o.spec.skip_layers);
+    }
+    return ok_status();
+  }
+  if (name == "draft") {
+    if (value.empty()) return error(ErrorCode::kInvalidArgument, "{}: empty path", label);
+    // The caller loads it (spec.draft_model); a new path drops a model loaded for another one.
+    if (value != o.spec.draft_path) o.spec.draft_model = nullptr;
+    o.spec.draft_path = value;
+    return ok_status();
+  }
+  if (name == "draft-memory") {
+    auto bytes = parse_size(value);
+    if (!bytes.ok()) return bytes.status().with_context(label);
+    o.spec.draft_memory = *bytes;
+    return ok_status();
+  }
   if (name == "kv-seed") {
     FRUGAL_ASSIGN_OR_RETURN(o.kv_policy.seed, parse_u64(label, value));
     return ok_status();
@@ -196,6 +232,11 @@ std::string describe_generate_options(const GenerateOptions& o) {
   }
   if (k.quant != KvQuant::kNone) kv += fmt::format(" kv-quant={}", kv_quant_name(k.quant));
   if (k.memory > 0) kv += fmt::format(" kv-memory={}", k.memory);
+  if (o.spec.method != speculative::Method::kNone) {
+    kv += fmt::format(" spec={} spec-k={}", speculative::method_name(o.spec.method), o.spec.k);
+    if (o.spec.method == speculative::Method::kDraft) kv += fmt::format(" draft={}", o.spec.draft_path);
+    if (o.spec.method == speculative::Method::kLayerSkip) kv += fmt::format(" spec-skip={}", o.spec.skip_layers);
+  }
   return fmt::format("kv-type={} temp={} top-k={} top-p={} min-p={} seed={} n-batch={} ctx-size={}{}",
                      dtype_name(o.kv_dtype), o.sampling.temperature, o.sampling.top_k, o.sampling.top_p,
                      o.sampling.min_p, o.sampling.seed, o.n_batch, o.n_ctx, kv);

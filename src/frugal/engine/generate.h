@@ -10,6 +10,7 @@
 
 #include "frugal/backend/backend.h"
 #include "frugal/decode/sampler.h"
+#include "frugal/decode/speculative/drafter.h"
 #include "frugal/engine/request.h"
 #include "frugal/kv/eviction.h"
 #include "frugal/model/model.h"
@@ -27,6 +28,10 @@ struct GenerateOptions {
   DType kv_dtype = DType::kF16;
   KvPolicyOptions kv_policy;   // eviction between decode steps (default `full`: none), KV
                                // quantization (kv_policy.quant) and memory budget (kv_policy.memory)
+  // Speculative decoding (method none: plain). A draft method needs spec.draft_model loaded by the
+  // caller (spec.draft_path only names it); any method makes speculation required, so an option
+  // it cannot run with (eviction, KV quantization) is refused, not silently decoded plainly.
+  speculative::SpeculativeOptions spec;
 };
 
 struct GenerateResult {
@@ -37,6 +42,7 @@ struct GenerateResult {
   Timings timings;
   uint64_t kv_bytes = 0;              // KV cache reserved for this generation
   KvEvictionStats kv_eviction;        // rounds, their time, peak live KV bytes
+  SpeculativeStats speculative;       // verify passes, drafted and accepted tokens
 };
 
 // Called with each newly completed piece of text (never part of a stop string); return false to
@@ -53,7 +59,8 @@ namespace frugal {
 
 // Sets one generation option by its CLI name ("kv-type", "temp", "top-k", "top-p", "min-p",
 // "seed", "n-batch", "ctx-size", "n-predict", "kv-policy", "kv-budget", "kv-buffer",
-// "kv-budget-of", "kv-protect-prompt", "kv-seed", "kv-quant", "kv-memory"), so `eval --sweep NAME=v1,v2` and reference
+// "kv-budget-of", "kv-protect-prompt", "kv-seed", "kv-quant", "kv-memory", "spec", "spec-k",
+// "spec-skip", "draft", "draft-memory"), so `eval --sweep NAME=v1,v2` and reference
 // configurations can name any of them, and the CLI's engine flags parse their values here too.
 // kInvalidArgument names the option and the bad value; `label` is how messages name the option
 // (empty: "option NAME"; the CLI passes "--NAME").

@@ -54,9 +54,25 @@ struct RequestOptions {
   // default (EngineOptions::kv). Anything but a keep-everything unquantized cache gets a KV state
   // of its own (engine/sequence_kv.h) instead of a shared slot.
   std::optional<KvPolicyOptions> kv;
+  // Speculative decoding with the engine's drafter (EngineOptions::spec). Empty: when the request
+  // allows it (no JSON schema, a keep-everything unquantized KV cache), else plain decoding; true:
+  // required, so a request that cannot have it is refused with the reason; false: plain decoding.
+  std::optional<bool> speculative;
   // Labels echoed into FinishedRequest for logs and metrics.
   std::string api;                   // "openai.chat", "anthropic.messages", ...
   std::string request_id;
+};
+
+// What speculative decoding did for one request (all zero without it).
+struct SpeculativeStats {
+  std::string method = "none";  // speculative::method_name()
+  int64_t passes = 0;           // verify passes of the target (decode steps with a draft)
+  int64_t drafted = 0;          // draft tokens proposed
+  int64_t accepted = 0;         // of those, kept
+  int64_t emitted = 0;          // tokens those passes produced (accepted + one of the target's each)
+  double draft_ms = 0;          // time spent drafting (a step's drafting shared by draft tokens)
+  double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0; }
+  double tokens_per_pass() const { return passes > 0 ? static_cast<double>(emitted) / passes : 0.0; }
 };
 
 // The phase timings of one request: Timings plus what only a server has (queue, time to first
@@ -105,6 +121,7 @@ struct FinishedRequest {
   KvEvictionStats kv;            // eviction rounds and their time, peak live KV bytes
   std::string kv_policy = "full";  // the request's KV policy and quantization
   KvQuant kv_quant = KvQuant::kNone;
+  SpeculativeStats speculative;
 };
 
 // What a reader gets: text and tokens since the previous read, and the end once there is one.

@@ -147,6 +147,14 @@ bool Scheduler::append(SeqId id, TokenId token) {
   return true;
 }
 
+bool Scheduler::set_computed(SeqId id, int32_t n_kv) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return false;
+  Slot& s = slots_[static_cast<size_t>(it->second.slot)];
+  s.n_kv = std::clamp(n_kv, s.n_kv, static_cast<int32_t>(s.tokens.size()));
+  return true;
+}
+
 void Scheduler::release(SeqId id) {
   auto it = running_.find(id);
   if (it == running_.end()) return;

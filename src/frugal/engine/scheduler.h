@@ -101,6 +101,10 @@ class Scheduler {
   // A token sampled for `id` (after a step whose item asked for logits). False, and nothing
   // appended, when the slot has no row left for it: the sequence has reached its context.
   bool append(SeqId id, TokenId token);
+  // The first `n_kv` tokens of `id` have rows in its slot (speculative decoding: appended draft
+  // tokens the target kept were computed in the verify pass). Never moves backwards, never past the
+  // tokens; false when `id` is not running.
+  bool set_computed(SeqId id, int32_t n_kv);
   // The sequence ended (finished, cancelled or failed): its slot becomes free and keeps the
   // computed rows as a cached prefix (unless prefix caching is off).
   void release(SeqId id);

@@ -224,7 +224,15 @@ void Model::layer_forward(int il, const LayerStep& step) {
   be.rms_norm(w.x.data(), L.ffn_norm.data(), n, c.n_embd, c.rms_eps, w.h.data());
   be.matmul(L.w_gate, w.h.data(), n, w.gate.data());
   be.matmul(L.w_up, w.h.data(), n, w.up.data());
-  be.swiglu(w.gate.data(), w.up.data(), n * c.n_ff, w.gate.data());
+  if (batch.row_invariant) {
+    // One call per token, as a one-token pass makes it: where a call splits its elements between
+    // vector code and a scalar tail depends on the call's length.
+    for (int64_t t = 0; t < n; ++t) {
+      be.swiglu(w.gate.data() + t * c.n_ff, w.up.data() + t * c.n_ff, c.n_ff, w.gate.data() + t * c.n_ff);
+    }
+  } else {
+    be.swiglu(w.gate.data(), w.up.data(), n * c.n_ff, w.gate.data());
+  }
   be.matmul(L.w_down, w.gate.data(), n, w.o.data());
   be.add(w.x.data(), w.o.data(), n * c.n_embd);
 }
@@ -250,7 +258,12 @@ Status Model::run_forward(const Batch& batch, KvCache& kv, Backend& be, float* l
     ~Release() { flag.store(false, std::memory_order_release); }
   } release{in_forward_};
   FRUGAL_RETURN_IF_ERROR(check_batch(batch, kv));
-  if (observer == nullptr) {
+  if (!batch.skip_layers.empty() && static_cast<int64_t>(batch.skip_layers.size()) != config_.n_layer) {
+    return error(ErrorCode::kInvalidArgument, "forward: skip_layers has {} entries for {} layers",
+                 batch.skip_layers.size(), config_.n_layer);
+  }
+  // A backend that runs the pass whole (forward_model) runs every layer.
+  if (observer == nullptr && batch.skip_layers.empty()) {
     FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits, greedy));
     if (done) return ok_status();
   }
@@ -264,10 +277,18 @@ Status Model::run_forward(const Batch& batch, KvCache& kv, Backend& be, float* l
   }
   ensure_workspace(n);
   Workspace& w = *ws_;
+  // Back to batched kernels however this pass ends.
+  struct RowInvariance {
+    Backend& be;
+    RowInvariance(Backend& b, bool on) : be(b) { be.set_row_invariant(on); }
+    ~RowInvariance() { be.set_row_invariant(false); }
+  } row_invariance(be, batch.row_invariant);
   const ModelConfig& c = config_;
   be.get_rows(weights_.token_embd, batch.tokens.data(), n, w.x.data());
   const LayerStep step{batch, kv, be, observer};
-  for (int il = 0; il < c.n_layer; ++il) layer_forward(il, step);
+  for (int il = 0; il < c.n_layer; ++il) {
+    if (batch.skip_layers.empty() || batch.skip_layers[static_cast<size_t>(il)] == 0) layer_forward(il, step);
+  }
 
   // Only the rows that asked for logits go through the final norm and the (large) output matrix.
   int64_t n_out = 0;

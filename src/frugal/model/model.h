@@ -65,6 +65,13 @@ struct Batch {
   std::vector<int32_t> pos;
   std::vector<int32_t> seq;
   std::vector<uint8_t> want_logits;  // 1: write this token's logits to the output
+  // Every token computed bit for bit as in a pass of its own (Backend::set_row_invariant): a
+  // speculative verify pass, whose rows must be plain decoding's. Kept by clear().
+  bool row_invariant = false;
+  // [n_layer] 1: the pass skips that layer (the residual stream passes through, no K/V is written
+  // for it): the target as its own draft (self-speculative decoding). Empty: every layer. Kept by
+  // clear().
+  std::vector<uint8_t> skip_layers;
   void clear() { tokens.clear(); pos.clear(); seq.clear(); want_logits.clear(); }
   void add(TokenId t, int32_t p, int32_t s, bool logits) {
     tokens.push_back(t); pos.push_back(p); seq.push_back(s); want_logits.push_back(logits ? 1 : 0);

@@ -2,6 +2,7 @@
 // tiles. Everything is Highway code; F16 goes through the F16C conversions on x86.
 #include "frugal/quant/simd_config.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #undef HWY_TARGET_INCLUDE
@@ -64,6 +65,88 @@ HWY_INLINE float dot(const typename E::T* a, const typename E::T* b, int64_t n) 
   float sum = reduce(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3)));
   for (; i < n; ++i) sum += E::one(a + i) * E::one(b + i);
   return sum;
+}
+
+// dot<E>(a, b[c], n) for nry activation rows b at once (nry <= kMaxDotRows), the weight row a
+// loaded and converted once for all of them. The activations come as floats holding exactly the
+// values E's loads would produce from them (rounded to E and expanded back once per call), so
+// every FMA sees the operands dot<E> sees, in the same accumulators and order: each result is
+// bitwise dot<E>'s, and a batch equals the same rows computed one at a time.
+constexpr int kMaxDotRows = 4;
+template <class E, int RY>
+HWY_INLINE void dot_rows(const typename E::T* a, const float* const* b, int64_t n, float* out, size_t ls) {
+#if HWY_HAVE_SCALABLE
+  // No arrays of scalable vectors: one row at a time, with dot<E>'s accumulators.
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int c = 0; c < RY; ++c) {
+    auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
+    int64_t i = 0;
+    for (; i + 4 * N <= n; i += 4 * N) {
+      s0 = hn::MulAdd(E::load(d, a + i), hn::LoadU(d, b[c] + i), s0);
+      s1 = hn::MulAdd(E::load(d, a + i + N), hn::LoadU(d, b[c] + i + N), s1);
+      s2 = hn::MulAdd(E::load(d, a + i + 2 * N), hn::LoadU(d, b[c] + i + 2 * N), s2);
+      s3 = hn::MulAdd(E::load(d, a + i + 3 * N), hn::LoadU(d, b[c] + i + 3 * N), s3);
+    }
+    for (; i + N <= n; i += N) s0 = hn::MulAdd(E::load(d, a + i), hn::LoadU(d, b[c] + i), s0);
+    float sum = reduce(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3)));
+    for (; i < n; ++i) sum += E::one(a + i) * b[c][i];
+    out[c * ls] = sum;
+  }
+#else
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> s0[RY], s1[RY], s2[RY], s3[RY];
+  for (int c = 0; c < RY; ++c) s0[c] = s1[c] = s2[c] = s3[c] = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const auto a0 = E::load(d, a + i), a1 = E::load(d, a + i + N);
+    const auto a2 = E::load(d, a + i + 2 * N), a3 = E::load(d, a + i + 3 * N);
+    for (int c = 0; c < RY; ++c) {
+      s0[c] = hn::MulAdd(a0, hn::LoadU(d, b[c] + i), s0[c]);
+      s1[c] = hn::MulAdd(a1, hn::LoadU(d, b[c] + i + N), s1[c]);
+      s2[c] = hn::MulAdd(a2, hn::LoadU(d, b[c] + i + 2 * N), s2[c]);
+      s3[c] = hn::MulAdd(a3, hn::LoadU(d, b[c] + i + 3 * N), s3[c]);
+    }
+  }
+  for (; i + N <= n; i += N) {
+    const auto a0 = E::load(d, a + i);
+    for (int c = 0; c < RY; ++c) s0[c] = hn::MulAdd(a0, hn::LoadU(d, b[c] + i), s0[c]);
+  }
+  for (int c = 0; c < RY; ++c) {
+    float sum = reduce(d, hn::Add(hn::Add(s0[c], s1[c]), hn::Add(s2[c], s3[c])));
+    for (int64_t k = i; k < n; ++k) sum += E::one(a + k) * b[c][k];
+    out[c * ls] = sum;
+  }
+#endif
+}
+
+template <class E>
+void vec_dot_rows(int64_t n, float* s, size_t ls, const void* x, const float* y, size_t ly, int nry) {
+  using T = typename E::T;
+  const T* a = static_cast<const T*>(x);
+  for (int c0 = 0; c0 < nry; c0 += kMaxDotRows) {
+    const float* b[kMaxDotRows];
+    const int m = std::min(kMaxDotRows, nry - c0);
+    for (int c = 0; c < m; ++c) b[c] = y + static_cast<size_t>(c0 + c) * ly;
+    float* out = s + static_cast<size_t>(c0) * ls;
+    switch (m) {
+      case 4: dot_rows<E, 4>(a, b, n, out, ls); break;
+      case 3: dot_rows<E, 3>(a, b, n, out, ls); break;
+      case 2: dot_rows<E, 2>(a, b, n, out, ls); break;
+      default: dot_rows<E, 1>(a, b, n, out, ls); break;
+    }
+  }
+}
+
+void VecDotRowsF16(int64_t n, float* s, size_t ls, const void* x, const float* y, size_t ly, int nry) {
+  vec_dot_rows<F16Elems>(n, s, ls, x, y, ly, nry);
+}
+void VecDotRowsF32(int64_t n, float* s, size_t ls, const void* x, const float* y, size_t ly, int nry) {
+  vec_dot_rows<F32Elems>(n, s, ls, x, y, ly, nry);
+}
+void VecDotRowsBF16(int64_t n, float* s, size_t ls, const void* x, const float* y, size_t ly, int nry) {
+  vec_dot_rows<BF16Elems>(n, s, ls, x, y, ly, nry);
 }
 
 void VecDotF32(int64_t n, float* s, const void* x, const void* y) {
@@ -310,6 +393,9 @@ namespace fast {
 HWY_EXPORT(VecDotF32);
 HWY_EXPORT(VecDotF16);
 HWY_EXPORT(VecDotBF16);
+HWY_EXPORT(VecDotRowsF16);
+HWY_EXPORT(VecDotRowsF32);
+HWY_EXPORT(VecDotRowsBF16);
 HWY_EXPORT(GemmF32);
 HWY_EXPORT(GemmF16);
 HWY_EXPORT(GemmBF16);
@@ -327,6 +413,15 @@ void vec_dot_f16(int64_t n, float* s, const void* x, const void* y) {
 }
 void vec_dot_bf16(int64_t n, float* s, const void* x, const void* y) {
   HWY_DYNAMIC_DISPATCH(VecDotBF16)(n, s, x, y);
+}
+void vec_dot_rows_f16(int64_t n, float* s, size_t ls, const void* x, const float* y, size_t ly, int nry) {
+  HWY_DYNAMIC_DISPATCH(VecDotRowsF16)(n, s, ls, x, y, ly, nry);
+}
+void vec_dot_rows_f32(int64_t n, float* s, size_t ls, const void* x, const float* y, size_t ly, int nry) {
+  HWY_DYNAMIC_DISPATCH(VecDotRowsF32)(n, s, ls, x, y, ly, nry);
+}
+void vec_dot_rows_bf16(int64_t n, float* s, size_t ls, const void* x, const float* y, size_t ly, int nry) {
+  HWY_DYNAMIC_DISPATCH(VecDotRowsBF16)(n, s, ls, x, y, ly, nry);
 }
 void gemm_f32(int64_t n, float* s, size_t ldc, const void* x, size_t bx, int nrx, const void* y,
               size_t by, int nry) {

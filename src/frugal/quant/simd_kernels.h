@@ -30,6 +30,16 @@ FRUGAL_FAST_VEC_DOT(bf16);
 FRUGAL_FAST_GEMM(f32);
 FRUGAL_FAST_GEMM(f16);
 FRUGAL_FAST_GEMM(bf16);
+// s[c * ls] = vec_dot_NAME(n, x, y_c) for c < nry, where y + c * ly holds activation row c as
+// floats already rounded to NAME (from_float, then to_float): bitwise equal to vec_dot_NAME one
+// row at a time (same accumulators and order), with the weight row x converted once for all rows.
+// Products that must match a one-token pass exactly (speculative verification), for much less
+// than nry one-row passes.
+#define FRUGAL_FAST_VEC_DOT_ROWS(name) \
+  void vec_dot_rows_##name(int64_t n, float* s, size_t ls, const void* x, const float* y, size_t ly, int nry)
+FRUGAL_FAST_VEC_DOT_ROWS(f32);
+FRUGAL_FAST_VEC_DOT_ROWS(f16);
+FRUGAL_FAST_VEC_DOT_ROWS(bf16);
 inline constexpr int kFloatTileRows = 16;
 inline constexpr int kFloatTileCols = 64;
 

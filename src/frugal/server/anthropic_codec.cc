@@ -33,6 +33,7 @@ class Anthropic : public GenerationCodec {
     spec.options.max_tokens = static_cast<int32_t>(*max_tokens);
     if (auto e = read_sampling(r, spec, 1.0)) return e;
     if (auto e = read_kv_options(r, spec)) return e;
+    if (auto e = read_speculative(r, spec)) return e;
     if (auto v = r.strings("stop_sequences", 16)) spec.options.stop = *v;
     if (auto v = r.boolean("stream")) spec.stream = *v;
     if (auto v = r.boolean("ignore_eos")) spec.options.ignore_eos = *v;  // extension (benchmarks, tests)

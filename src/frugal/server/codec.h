@@ -56,6 +56,11 @@ std::optional<ApiError> read_sampling(FieldReader& r, GenSpec& spec, double max_
 // fraction in (0, 1) of prompt + max tokens), at the top level of every API's body. Whether the
 // budget suits the policy and the buffer is the engine's check (a 400 from submit).
 std::optional<ApiError> read_kv_options(FieldReader& r, GenSpec& spec);
+// The extension field speculative (a boolean, top level of every API's body): false decodes this
+// request plainly on a server started with --spec; true requires speculation (the engine refuses
+// the request when it cannot have it: no drafter, a JSON schema, an evicting or quantized cache).
+// Absent: the server's default, plain where the request cannot have it.
+std::optional<ApiError> read_speculative(FieldReader& r, GenSpec& spec);
 // OpenAI response_format / Ollama format: a schema to constrain output to.
 std::optional<ApiError> read_response_format(const json& rf, GenSpec& spec);
 std::optional<ApiError> read_ollama_format(const json& format, GenSpec& spec);

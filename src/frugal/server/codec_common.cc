@@ -57,6 +57,12 @@ std::optional<ApiError> read_kv_options(FieldReader& r, GenSpec& spec) {
   return std::nullopt;
 }
 
+std::optional<ApiError> read_speculative(FieldReader& r, GenSpec& spec) {
+  if (auto v = r.boolean("speculative")) spec.options.speculative = *v;
+  if (!r.ok()) return r.err;
+  return std::nullopt;
+}
+
 namespace {
 std::optional<ApiError> compile_schema(const json& schema, GenSpec& spec, const char* param) {
   auto compiled = JsonSchema::compile(schema);

@@ -89,6 +89,9 @@ void Metrics::observe(const FinishedRequest& f) {
   kv_rounds_ += static_cast<uint64_t>(f.kv.rounds);
   kv_round_s_ += f.kv.round_ms / 1e3;
   ++kv_policies_[f.kv_policy + "/" + kv_quant_name(f.kv_quant)];
+  spec_passes_ += static_cast<uint64_t>(f.speculative.passes);
+  spec_drafted_ += static_cast<uint64_t>(f.speculative.drafted);
+  spec_accepted_ += static_cast<uint64_t>(f.speculative.accepted);
   const RequestTimings& t = f.timings;
   if (f.generated_tokens > 0) ttft_.observe(t.ttft_ms / 1e3);
   if (f.generated_tokens > 1) {
@@ -232,6 +235,9 @@ std::string Metrics::render(const EngineStats& s) const {
     out += fmt::format("frugal:kv_policy_requests_total{{{},policy=\"{}\",quant=\"{}\"}} {}\n", l,
                        key.substr(0, slash), key.substr(slash + 1), n);
   }
+  counter(out, "frugal:spec_verify_passes_total", "Speculative verify passes of finished requests.", l, spec_passes_);
+  counter(out, "frugal:spec_draft_tokens_total", "Draft tokens proposed to those passes.", l, spec_drafted_);
+  counter(out, "frugal:spec_accepted_tokens_total", "Of those, tokens the target kept.", l, spec_accepted_);
   render_phases(out, l);
   gauge(out, "process_resident_memory_bytes", "Resident memory size in bytes.", "",
         static_cast<double>(resident_bytes()));

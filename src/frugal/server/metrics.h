@@ -49,6 +49,8 @@ class Metrics {
   uint64_t kv_rounds_ = 0;     // eviction rounds of finished requests
   double kv_round_s_ = 0;      // their time
   std::map<std::string, uint64_t> kv_policies_;  // finished requests by "policy/quant"
+  // Speculative decoding of finished requests: verify passes, draft tokens proposed and kept.
+  uint64_t spec_passes_ = 0, spec_drafted_ = 0, spec_accepted_ = 0;
   std::map<int, uint64_t> http_;  // by status code
   // The per-request record's phase fields summed over finished requests, per phase (0 prefill,
   // 1 decode): measured joules by source, phases not measured by reason, the estimate and work.

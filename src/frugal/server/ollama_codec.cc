@@ -52,6 +52,7 @@ class OllamaBase : public GenerationCodec {
       return bad_request("images are not supported by this model");
     }
     if (auto e = read_kv_options(r, spec)) return e;
+    if (auto e = read_speculative(r, spec)) return e;
     if (!r.ok()) return r.err;
     if (body.contains("format") && !body["format"].is_null()) {
       if (auto e = read_ollama_format(body["format"], spec)) return e;

@@ -71,6 +71,7 @@ std::optional<ApiError> read_common(FieldReader& r, const ServedModel& m, GenSpe
   if (auto e = check_model(m, model, ApiKind::kOpenAI, true)) return e;
   if (auto e = read_sampling(r, spec, 2.0)) return e;
   if (auto e = read_kv_options(r, spec)) return e;
+  if (auto e = read_speculative(r, spec)) return e;
   const int64_t max_ctx = m.n_ctx();
   std::optional<int64_t> max_tokens = r.integer("max_tokens", 1, max_ctx);
   if (chat) {

@@ -27,6 +27,7 @@ struct AttentionJob {
   const AttentionParams* p;
   const AttentionItem* items;
   const AlignedBuffer* scratch;  // [thread]
+  bool row_invariant;            // one-token tiles, each seeing only the keys up to its position
 };
 
 // A quantized head read block by block: [k0, k0 + nk) is dequantized with SIMD straight from the
@@ -72,6 +73,11 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
     if (s >= 0 && s < ko.n_seq && j.layer >= 0 && j.layer < ko.n_layer) {
       t.kpos = j.kv->positions(j.layer, s, it.group);
       t.n_keys = j.kv->size(j.layer, s, it.group);
+      if (j.row_invariant) {
+        // The keys a one-token pass at this position would find (positions are in time order):
+        // how a score is summed depends on where its key falls in the last block.
+        t.n_keys = static_cast<int32_t>(std::upper_bound(t.kpos, t.kpos + t.n_keys, t.qpos[0]) - t.kpos);
+      }
       if (j.kv->quantized()) {
         const QuantHead qh{j.kv, j.kv->quant_view(j.layer, s, it.group), j.layer, s, it.group, p.head_dim};
         t.load_block = load_quant_block;
@@ -102,7 +108,9 @@ void CpuBackend::attention(const float* q, const KvCache& kv, int layer, const i
     return;
   }
   const int n_rep = p.n_head / p.n_head_kv;
-  const int tile_tokens = std::max(1, kTileRows / n_rep);
+  // Row-invariant passes give every token a tile of its own, as a one-token pass does: a tile's
+  // rows share its key blocks, and which blocks it visits depends on all of its rows.
+  const int tile_tokens = row_invariant_ ? 1 : std::max(1, kTileRows / n_rep);
 
   items_.clear();
   for (int64_t t = 0; t < n;) {
@@ -115,7 +123,7 @@ void CpuBackend::attention(const float* q, const KvCache& kv, int layer, const i
   }
 
   ensure_thread_scratch(attention_scratch_floats(tile_tokens * n_rep, p.head_dim) * sizeof(float));
-  AttentionJob j{q, out, &kv, layer, seq, pos, &p, items_.data(), scratch_.data()};
+  AttentionJob j{q, out, &kv, layer, seq, pos, &p, items_.data(), scratch_.data(), row_invariant_};
   pool_.dispatch(attention_task, &j, static_cast<int64_t>(items_.size()), 1);
 }
 

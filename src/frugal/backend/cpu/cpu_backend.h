@@ -45,6 +45,7 @@ class CpuBackend final : public Backend {
   int n_threads() const override { return pool_.size(); }
   uint64_t contended_dispatches() const override { return pool_.contended_dispatches(); }
 
+  void set_row_invariant(bool on) override { row_invariant_ = on; }
   void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override;
   void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override;
   void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps,
@@ -63,6 +64,8 @@ class CpuBackend final : public Backend {
   // matmul of F32/F16/BF16 weights with a batch, through the packed F32 kernel.
   void matmul_float(const WeightTensor& w, const TypeTraits* tt, const float* x, int64_t n, float* y,
                     const float* bias);
+  // matmul of a batch whose every row equals the one-token product (set_row_invariant).
+  void matmul_row_invariant(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias);
   // matmul of Q4_0 weights in the 8-row group layout.
   void matmul_q4_0x8(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias);
   // matmul through to_float + float dots, for types without a dot kernel.
@@ -73,6 +76,7 @@ class CpuBackend final : public Backend {
   std::vector<AlignedBuffer> scratch_;  // [thread]
   size_t scratch_bytes_ = 0;
   AlignedBuffer act_;                   // activations converted to the weight's vec_dot_type
+  bool row_invariant_ = false;          // set_row_invariant()
   std::vector<AttentionItem> items_;
 };
 

@@ -216,10 +216,93 @@ void float_task(void* ctx, int64_t b, int64_t e, int thread) {
   }
 }
 
+// Row-invariant batches (set_row_invariant): each weight row against every activation row at once
+// with a kernel bitwise equal to the one-token vec_dot, activations rounded as a one-token call
+// rounds them.
+using VecDotRowsFn = void (*)(int64_t, float*, size_t, const void*, const float*, size_t, int);
+struct RowsJob {
+  VecDotRowsFn dot_rows;
+  const uint8_t* w;
+  size_t w_stride;
+  int64_t rows;
+  int64_t cols;
+  const float* act;  // [n][cols] rounded to vec_dot_type and expanded back
+  int64_t n;
+  float* y;
+  const float* bias;
+  int64_t br;
+};
+
+void rows_task(void* ctx, int64_t b, int64_t e, int) {
+  const RowsJob& j = *static_cast<const RowsJob*>(ctx);
+  for (int64_t blk = b; blk < e; ++blk) {
+    const int64_t r0 = blk * j.br;
+    const int64_t r1 = std::min(j.rows, r0 + j.br);
+    for (int64_t r = r0; r < r1; ++r) {
+      j.dot_rows(j.cols, j.y + r, static_cast<size_t>(j.rows), j.w + r * j.w_stride, j.act,
+                 static_cast<size_t>(j.cols), static_cast<int>(j.n));
+    }
+    if (j.bias != nullptr) {
+      for (int64_t c = 0; c < j.n; ++c) add(j.y + c * j.rows + r0, j.bias + r0, r1 - r0);
+    }
+  }
+}
+
 }  // namespace
+
+void CpuBackend::matmul_row_invariant(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
+  const TypeTraits* tt = type_traits(w.type);
+  VecDotRowsFn dot_rows = nullptr;
+  // Only where the one-token path is that very vec_dot kernel over rows in the file's layout.
+  if (tt != nullptr && w.layout == WeightLayout::kRows) {
+    const DType vt = tt->vec_dot_type;
+    if (tt->vec_dot == quant::fast::vec_dot_f16 && vt == DType::kF16) dot_rows = quant::fast::vec_dot_rows_f16;
+    if (tt->vec_dot == quant::fast::vec_dot_f32 && vt == DType::kF32) dot_rows = quant::fast::vec_dot_rows_f32;
+    if (tt->vec_dot == quant::fast::vec_dot_bf16 && vt == DType::kBF16) dot_rows = quant::fast::vec_dot_rows_bf16;
+  }
+  if (dot_rows == nullptr) {
+    // Any other type or layout: one one-token product per row (exact by construction).
+    for (int64_t t = 0; t < n; ++t) matmul(w, x + t * w.cols, 1, y + t * w.rows, bias);
+    return;
+  }
+  RowsJob j;
+  j.dot_rows = dot_rows;
+  j.w = static_cast<const uint8_t*>(w.data);
+  j.w_stride = w.row_stride;
+  j.rows = w.rows;
+  j.cols = w.cols;
+  j.n = n;
+  j.y = y;
+  j.bias = bias;
+  if (tt->vec_dot_type == DType::kF32) {
+    j.act = x;
+  } else {
+    // The values the one-token kernel reads: rounded to vec_dot_type, expanded back (exactly).
+    const TypeTraits* vt = type_traits(tt->vec_dot_type);
+    const FromFloatFn from_float = vt->from_float != nullptr ? vt->from_float : vt->from_float_ref;
+    const ToFloatFn to_float = vt->to_float != nullptr ? vt->to_float : vt->to_float_ref;
+    const auto cols = static_cast<size_t>(w.cols);
+    const size_t rounded_bytes = static_cast<size_t>(row_bytes(tt->vec_dot_type, w.cols));
+    auto* buf = static_cast<uint8_t*>(act_.ensure(static_cast<size_t>(n) * (cols * sizeof(float) + rounded_bytes)));
+    auto* act = reinterpret_cast<float*>(buf);
+    uint8_t* rounded = buf + static_cast<size_t>(n) * cols * sizeof(float);
+    for (int64_t t = 0; t < n; ++t) {
+      from_float(x + t * w.cols, rounded, w.cols);
+      to_float(rounded, act + static_cast<size_t>(t) * cols, w.cols);
+    }
+    j.act = act;
+  }
+  j.br = plan_block_rows(j.rows, kBlockWeightBytes / static_cast<int64_t>(std::max<size_t>(1, j.w_stride)), 1,
+                         pool_.size());
+  pool_.dispatch(rows_task, &j, ceil_div(j.rows, j.br), 1);
+}
 
 void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
   if (n <= 0 || w.rows <= 0) return;
+  if (row_invariant_ && n > 1) {
+    matmul_row_invariant(w, x, n, y, bias);
+    return;
+  }
   const TypeTraits* tt = type_traits(w.type);
   const bool is_float = w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16;
   const int64_t min_tokens = is_float ? kFloatPathMinTokens : kQuantFloatPathMinTokens;

@@ -1,0 +1,62 @@
+// The draft-model drafter: a small model with the target's vocabulary proposes k tokens by running
+// autoregressively, each drawn from its distribution after the request's own sampling transform
+// (greedy: its argmax). It keeps a KV cache of its own with one sequence per engine slot and the
+// tokens whose rows that cache holds, so on every call it keeps the longest prefix shared with the
+// sequence's tokens (rolling back rejected drafts, or reusing a prefix a new sequence shares) and
+// feeds only the rest: the token the target emitted and any drafts the target kept.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "frugal/decode/speculative/drafter.h"
+#include "frugal/kv/kv_cache.h"
+#include "frugal/model/model.h"
+
+namespace frugal::speculative {
+
+// kInvalidArgument when the vocabularies differ: the first differing token id and both strings
+// (or the sizes when one is a prefix of the other).
+Status check_same_vocabulary(const Model& target, const Model& draft);
+
+class DraftModelDrafter : public Drafter {
+ public:
+  // Checks the vocabulary and the memory budget (`memory`: bytes for the draft's weights and KV
+  // cache; 0: its weights must be smaller than the target's, or it cannot pay for itself).
+  static Result<std::unique_ptr<DraftModelDrafter>> create(Model& draft, uint64_t memory, const DrafterContext& ctx);
+
+  Method method() const override { return Method::kDraft; }
+  Status propose(std::span<const DraftSequence> seqs, std::span<Draft> out) override;
+  // Bytes read per token, draft over target: what a decode step costs where weights dominate.
+  double cost_ratio() const override { return cost_ratio_; }
+  const KvCache& cache() const { return kv_; }
+
+ protected:
+  DraftModelDrafter(Model& draft, Backend& backend, KvCache kv, int n_slots, double cost_ratio);
+  // Layers every pass of the draft skips ([n_layer], empty: none). Changing it forgets every
+  // sequence's cached rows (the skipped layers have none to reuse).
+  void set_skip_layers(std::vector<uint8_t> skip);
+  const std::vector<uint8_t>& skip_layers() const { return batch_.skip_layers; }
+  Model& draft_model() { return draft_; }
+  Backend& backend() { return backend_; }
+  void set_cost_ratio(double c) { cost_ratio_ = c; }
+
+ private:
+  // Feeds tokens [cached, size) of each sequence; afterwards logits_ row i holds the draft's
+  // logits after seqs[i]'s last token.
+  Status catch_up(std::span<const DraftSequence> seqs);
+
+  Model& draft_;
+  Backend& backend_;
+  KvCache kv_;                                // one sequence per engine slot
+  std::vector<std::vector<TokenId>> cached_;  // [slot] tokens whose rows kv_ holds, in order
+  double cost_ratio_;
+  int32_t n_vocab_;
+  Batch batch_;
+  std::vector<float> logits_;                 // [sequence][n_vocab]
+  std::vector<float> probs_;                  // [n_vocab]
+  std::vector<std::vector<TokenId>> history_;  // [sequence] tokens + drafts so far
+  static constexpr int32_t kChunk = 512;      // tokens per pass when catching up on a long prompt
+};
+
+}  // namespace frugal::speculative

@@ -1,0 +1,587 @@
+// Speculative decoding through the engine on the committed models (models/default.gguf as the
+// target, models/draft.gguf as its draft): greedy output is token for token that of plain decoding
+// for both drafters on testbed prompts of every task family (plain and speculative requests share
+// each batch), rejected drafts leave no trace in the paged KV cache or the draft's own cache, and
+// bad drafts and impossible combinations are refused with a message naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "frugal/backend/backend.h"
+#include "frugal/decode/speculative/draft_model.h"
+#include "frugal/decode/speculative/layer_skip.h"
+#include "frugal/engine/engine.h"
+#include "frugal/engine/generate.h"
+#include "frugal/eval/task.h"
+#include "frugal/synth/random_model.h"
+#include "frugal/tokenize/tokenizer.h"
+
+namespace frugal {
+namespace {
+
+using namespace std::chrono_literals;
+using speculative::Method;
+
+std::string model_path(const char* name) { return std::string(FRUGAL_SOURCE_DIR) + "/models/" + name; }
+
+struct Output {
+  std::vector<TokenId> tokens;
+  FinishedRequest fin;
+};
+
+Output collect(RequestHandle& h) {
+  Output o;
+  RequestUpdate u;
+  for (int i = 0; i < 12000; ++i) {  // at most ~120 s
+    if (!h.wait(u, 10ms)) continue;
+    for (const auto& t : u.tokens) o.tokens.push_back(t.id);
+    if (u.done) {
+      o.fin = u.finished;
+      return o;
+    }
+  }
+  ADD_FAILURE() << "request " << h.id() << " did not finish";
+  return o;
+}
+
+class SpeculativeEngine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ModelLoadOptions lo;
+    lo.cpu_layouts = true;  // as `frugal run` loads a model for the cpu backend
+    for (auto [name, out] : {std::pair{"default.gguf", &target_}, std::pair{"draft.gguf", &draft_}}) {
+      auto m = Model::load(model_path(name), lo);
+      if (!m.ok()) return;
+      *out = std::move(m).value().release();
+    }
+    auto t = Tokenizer::from_gguf(target_->gguf());
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    tok_ = std::move(t).value().release();
+    backend_ = make_cpu_backend(CpuBackendOptions{2}).release();
+  }
+  static void TearDownTestSuite() {
+    delete backend_;
+    delete tok_;
+    delete draft_;
+    delete target_;
+  }
+  void SetUp() override {
+    if (target_ == nullptr || draft_ == nullptr) GTEST_SKIP() << "models/default.gguf or models/draft.gguf missing";
+  }
+
+  static EngineOptions options(Method m, int parallel = 4) {
+    EngineOptions o;
+    o.n_parallel = parallel;
+    o.n_ctx = 1024;
+    o.max_waiting = 1000;
+    o.telemetry_period_s = 0;
+    o.spec.method = m;
+    o.spec.draft_model = draft_;
+    return o;
+  }
+  static std::unique_ptr<Engine> engine(const EngineOptions& o) {
+    auto e = Engine::create(*target_, *tok_, *backend_, o);
+    EXPECT_TRUE(e.ok()) << e.status().message();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+  static std::vector<TokenId> encode(const std::string& text) {
+    auto r = tok_->encode(text);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : std::vector<TokenId>{};
+  }
+  static RequestOptions greedy(std::vector<TokenId> prompt, std::optional<bool> speculative, int32_t max_tokens = 96) {
+    RequestOptions r;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0;
+    r.max_tokens = max_tokens;
+    r.speculative = speculative;
+    return r;
+  }
+
+  static inline Model* target_ = nullptr;
+  static inline Model* draft_ = nullptr;
+  static inline Tokenizer* tok_ = nullptr;
+  static inline Backend* backend_ = nullptr;
+};
+
+// 30 test-split prompts per family and drafter at lengths 192 and 256 (the trained length): 450
+// prompts over the five families and three drafters, each decoded speculatively and plainly in the
+// same engine (batches of 4 mixing both).
+constexpr int kPromptsPerFamily = 30;
+
+class GreedyIdentity : public SpeculativeEngine,
+                       public ::testing::WithParamInterface<std::tuple<Method, std::string>> {};
+
+TEST_P(GreedyIdentity, SpeculativeGreedyOutputIsPlainGreedyOutput) {
+  const auto [method, family] = GetParam();
+  auto e = engine(options(method));
+  ASSERT_NE(e, nullptr);
+  std::vector<std::shared_ptr<RequestHandle>> spec, plain;
+  for (int i = 0; i < kPromptsPerFamily; ++i) {
+    eval::TaskOptions to;
+    to.length = i % 2 == 0 ? 192 : 256;
+    auto ex = eval::generate_task(family, eval::TaskSplit::kTest, 5000 + static_cast<uint64_t>(i), to);
+    ASSERT_TRUE(ex.ok()) << ex.status().message();
+    const std::vector<TokenId> prompt = encode(ex->prompt);
+    auto a = e->submit(greedy(prompt, std::nullopt));
+    auto b = e->submit(greedy(prompt, false));
+    ASSERT_TRUE(a.ok() && b.ok());
+    spec.push_back(*a);
+    plain.push_back(*b);
+  }
+  int64_t drafted = 0, accepted = 0, passes = 0;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const Output s = collect(*spec[i]);
+    const Output p = collect(*plain[i]);
+    ASSERT_EQ(s.fin.reason, p.fin.reason) << "prompt " << i;
+    ASSERT_EQ(s.tokens, p.tokens) << "prompt " << i;
+    EXPECT_EQ(s.fin.speculative.method, speculative::method_name(method));
+    EXPECT_EQ(p.fin.speculative.passes, 0) << "the opted-out request speculated";
+    EXPECT_EQ(s.fin.timings.decode_tokens, p.fin.timings.decode_tokens);
+    drafted += s.fin.speculative.drafted;
+    accepted += s.fin.speculative.accepted;
+    passes += s.fin.speculative.passes;
+  }
+  // The drafters must really have been exercised, rejections included.
+  EXPECT_GT(passes, 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted);
+  std::printf("%s %s: %lld passes, %lld drafted, %lld accepted\n", speculative::method_name(method), family.c_str(),
+              static_cast<long long>(passes), static_cast<long long>(drafted), static_cast<long long>(accepted));
+}
+
+std::vector<std::tuple<Method, std::string>> identity_cases() {
+  std::vector<std::tuple<Method, std::string>> out;
+  for (Method m : {Method::kDraft, Method::kNgram, Method::kLayerSkip}) {
+    for (const auto& f : eval::task_family_names()) out.emplace_back(m, f);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GreedyIdentity, ::testing::ValuesIn(identity_cases()),
+                         [](const auto& info) {
+                           return std::string(speculative::method_name(std::get<0>(info.param))) + "_" +
+                                  std::get<1>(info.param);
+                         });
+
+TEST_F(SpeculativeEngine, ContinuationReusesTheRowsASpeculativeSequenceLeft) {
+  // A second request whose prompt is the first's prompt and output reuses that slot's cached rows,
+  // rows written by verify passes and rolled back at every rejection; it must decode exactly as
+  // the same prompt in a fresh engine without speculation, and no page may leak.
+  eval::TaskOptions to;
+  to.length = 256;
+  auto ex = eval::generate_task("kv_recall", eval::TaskSplit::kTest, 77, to);
+  ASSERT_TRUE(ex.ok());
+  const std::vector<TokenId> prompt = encode(ex->prompt);
+  for (Method m : {Method::kDraft, Method::kNgram}) {
+    SCOPED_TRACE(speculative::method_name(m));
+    EngineOptions o = options(m, 1);
+    o.kv_memory = 8u << 20;  // a page pool, so leaked pages would show
+    auto e = engine(o);
+    ASSERT_NE(e, nullptr);
+    auto h = e->submit(greedy(prompt, true, 40));
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    const Output first = collect(**h);
+    ASSERT_GT(first.fin.speculative.passes, 0);
+    std::vector<TokenId> longer = prompt;
+    longer.insert(longer.end(), first.tokens.begin(), first.tokens.end());
+    longer.insert(longer.end(), prompt.end() - 20, prompt.end());  // some more context to read
+    auto h2 = e->submit(greedy(longer, true, 40));
+    ASSERT_TRUE(h2.ok());
+    const Output second = collect(**h2);
+    EXPECT_GT(second.fin.timings.cached_tokens, static_cast<int64_t>(prompt.size()));
+
+    auto fresh = engine(options(Method::kNone, 1));
+    auto h3 = fresh->submit(greedy(longer, std::nullopt, 40));
+    ASSERT_TRUE(h3.ok());
+    EXPECT_EQ(second.tokens, collect(**h3).tokens);
+    // Only the cached prefix holds pages now, exactly the pages of its rows: rolled-back drafts
+    // and the room reserved for them went back to the pool.
+    const EngineStats st = e->stats();
+    const KvCacheOptions ko = target_->kv_options(1, st.slot_capacity);
+    const int64_t heads = static_cast<int64_t>(ko.n_layer) * ko.n_head_kv;
+    const int64_t rows = st.kv_rows_cached;
+    EXPECT_EQ(st.kv_pages_total - st.kv_pages_free, heads * ((rows + ko.page_tokens - 1) / ko.page_tokens))
+        << rows << " cached rows";
+  }
+}
+
+TEST_F(SpeculativeEngine, DraftCacheRollsBackToWhatAFreshDrafterProposes) {
+  speculative::DrafterContext dc;
+  dc.target = target_;
+  dc.backend = backend_;
+  dc.n_slots = 2;
+  dc.capacity = 512;
+  auto used = speculative::DraftModelDrafter::create(*draft_, 0, dc);
+  ASSERT_TRUE(used.ok()) << used.status().message();
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp, static_cast<int32_t>(target_->config().n_vocab));
+  eval::TaskOptions to;
+  to.length = 192;
+  auto ex = eval::generate_task("var_track", eval::TaskSplit::kTest, 11, to);
+  ASSERT_TRUE(ex.ok());
+  const std::vector<TokenId> a = encode(ex->prompt);
+  std::vector<speculative::Draft> out(1);
+  // Sequence a, then a with its last 30 tokens replaced (rejected drafts, or a new sequence in
+  // the slot), then a prefix of it: each proposal must be what a fresh drafter proposes, and what
+  // the draft model decodes greedily on its own (generate() with it as the target).
+  std::vector<TokenId> b(a.begin(), a.end() - 30);
+  for (int i = 0; i < 30; ++i) b.push_back(a[static_cast<size_t>(i) + 5]);
+  const std::vector<TokenId> c(a.begin(), a.end() - 50);
+  const std::vector<const std::vector<TokenId>*> order = {&a, &b, &c, &a};
+  for (const std::vector<TokenId>* seq : order) {
+    speculative::DraftSequence ds{1, *seq, 6, &s};
+    ASSERT_TRUE((*used)->propose({&ds, 1}, out).ok());
+    auto fresh = speculative::DraftModelDrafter::create(*draft_, 0, dc);
+    ASSERT_TRUE(fresh.ok());
+    std::vector<speculative::Draft> fresh_out(1);
+    ASSERT_TRUE((*fresh)->propose({&ds, 1}, fresh_out).ok());
+    EXPECT_EQ(out[0].tokens, fresh_out[0].tokens);
+    GenerateOptions go;
+    go.n_predict = 6;
+    go.n_ctx = 512;
+    go.ignore_eos = true;
+    go.sampling.temperature = 0;
+    auto g = generate(*draft_, *tok_, *backend_, *seq, go);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    EXPECT_EQ(out[0].tokens, g->tokens);
+    // The cache holds the sequence and all drafts but the last: nothing more.
+    EXPECT_EQ((*used)->cache().max_pos(1), static_cast<int32_t>(seq->size()) + 4);
+  }
+}
+
+TEST_F(SpeculativeEngine, ADraftWithAnotherVocabularyIsRefusedNamingTheFirstDifference) {
+  const std::string dir = ::testing::TempDir();
+  for (synth::VocabKind kind : {synth::VocabKind::kSpm, synth::VocabKind::kBpe}) {
+    synth::RandomModelOptions ro;
+    ro.n_embd = 64;
+    ro.n_layer = 1;
+    ro.n_ff = 128;
+    ro.n_vocab = 400;
+    ro.vocab.kind = kind;
+    const std::string path = dir + "/other_vocab.gguf";
+    ASSERT_TRUE(synth::write_random_model(ro, path).ok());
+    auto other = Model::load(path);
+    ASSERT_TRUE(other.ok()) << other.status().message();
+    // The oracle: the first id where the two token lists differ.
+    const auto t = target_->gguf().get_string_array("tokenizer.ggml.tokens").value();
+    const auto d = (*other)->gguf().get_string_array("tokenizer.ggml.tokens").value();
+    size_t first = 0;
+    while (first < t.size() && first < d.size() && t[first] == d[first]) ++first;
+    ASSERT_LT(first, std::min(t.size(), d.size()));
+    // Control bytes are escaped so the message stays on one line.
+    const auto escaped = [](const std::string& x) {
+      std::string o;
+      for (unsigned char c : x) {
+        o += c == '\n' ? std::string("\\n") : c < 0x20 ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+      }
+      return o;
+    };
+    const std::string expected = fmt::format("differs from the target's at token id {}: target '{}', draft '{}'", first,
+                                             escaped(t[first]), escaped(d[first]));
+    EngineOptions o = options(Method::kDraft);
+    o.spec.draft_model = other->get();
+    auto e = Engine::create(*target_, *tok_, *backend_, o);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find(expected), std::string::npos) << e.status().message();
+    EXPECT_EQ(e.status().message().find('\n'), std::string::npos) << "one line: " << e.status().message();
+  }
+}
+
+TEST_F(SpeculativeEngine, LayerSkipPassesSkipExactlyTheMaskedLayers) {
+  // A mask of the wrong size is refused; an all-zero mask is the full pass bit for bit; skipping
+  // changes the logits.
+  const auto nv = static_cast<size_t>(target_->config().n_vocab);
+  const auto n_layer = static_cast<size_t>(target_->config().n_layer);
+  const std::vector<TokenId> prompt = encode("Q: 3+4?\n");
+  const auto run = [&](std::vector<uint8_t> skip, std::vector<float>& out) {
+    auto kv = KvCache::create(target_->kv_options(1, 64));
+    EXPECT_TRUE(kv.ok());
+    Batch b;
+    b.skip_layers = std::move(skip);
+    for (size_t p = 0; p < prompt.size(); ++p) b.add(prompt[p], static_cast<int32_t>(p), 0, p + 1 == prompt.size());
+    out.assign(nv, 0.f);
+    return target_->forward(b, *kv, *backend_, out.data());
+  };
+  std::vector<float> full, zero, skipped;
+  ASSERT_TRUE(run({}, full).ok());
+  ASSERT_TRUE(run(std::vector<uint8_t>(n_layer, 0), zero).ok());
+  EXPECT_EQ(full, zero);
+  std::vector<uint8_t> mask(n_layer, 0);
+  mask[1] = 1;
+  ASSERT_TRUE(run(mask, skipped).ok());
+  EXPECT_NE(full, skipped);
+  const Status bad = run(std::vector<uint8_t>(n_layer + 1, 0), skipped);
+  EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("skip_layers has"), std::string::npos) << bad.message();
+  // The drafter picks a set of the requested size among the middle layers.
+  speculative::DrafterContext dc;
+  dc.target = target_;
+  dc.backend = backend_;
+  dc.n_slots = 1;
+  dc.capacity = 512;
+  auto d = speculative::LayerSkipDrafter::create(*target_, 2, 0, dc);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp, static_cast<int32_t>(nv));
+  eval::TaskOptions to;
+  to.length = 192;
+  const std::vector<TokenId> toks = encode(eval::generate_task("passkey", eval::TaskSplit::kTest, 3, to)->prompt);
+  speculative::DraftSequence ds{0, toks, 4, &s};
+  std::vector<speculative::Draft> out(1);
+  ASSERT_TRUE((*d)->propose({&ds, 1}, out).ok());
+  const auto& chosen = (*d)->chosen();
+  ASSERT_EQ(chosen.size(), n_layer);
+  EXPECT_EQ(std::count(chosen.begin(), chosen.end(), 1), 2);
+  EXPECT_EQ(chosen.front(), 0);
+  EXPECT_EQ(chosen.back(), 0);
+  EXPECT_EQ(out[0].tokens.size(), 4u);
+  EXPECT_FALSE(speculative::LayerSkipDrafter::create(*target_, static_cast<int32_t>(n_layer) - 1, 0, dc).ok());
+}
+
+TEST_F(SpeculativeEngine, ADraftOverItsMemoryBudgetIsRefusedWithTheNumbers) {
+  EngineOptions o = options(Method::kDraft, 2);
+  o.spec.draft_memory = 1u << 20;
+  auto e = Engine::create(*target_, *tok_, *backend_, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kOverBudget);
+  const std::string weights = std::to_string(draft_->weights().bytes);
+  EXPECT_NE(e.status().message().find(weights + " bytes of weights"), std::string::npos) << e.status().message();
+  EXPECT_NE(e.status().message().find("budget of 1048576 bytes"), std::string::npos) << e.status().message();
+  // The target as its own draft cannot pay for itself.
+  o.spec.draft_memory = 0;
+  o.spec.draft_model = target_;
+  e = Engine::create(*target_, *tok_, *backend_, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("a draft must be smaller than its target"), std::string::npos)
+      << e.status().message();
+  // A budget that holds it: accepted.
+  o.spec.draft_model = draft_;
+  o.spec.draft_memory = 1u << 30;
+  EXPECT_TRUE(Engine::create(*target_, *tok_, *backend_, o).ok());
+}
+
+TEST_F(SpeculativeEngine, RequestsSpeculationCannotServeAreRefusedOrDecodedPlainly) {
+  auto e = engine(options(Method::kNgram, 2));
+  ASSERT_NE(e, nullptr);
+  const std::vector<TokenId> prompt = encode("Q: what is 2+2?\n");
+  RequestOptions json = greedy(prompt, true, 8);
+  json.json_schema = JsonSchema::any_json_object();
+  auto r = e->submit(json);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("does not run under a JSON schema constraint"), std::string::npos)
+      << r.status().message();
+  RequestOptions evict = greedy(prompt, true, 8);
+  KvPolicyOptions kv;
+  kv.policy = "window";
+  kv.budget = 128;
+  kv.buffer = 16;
+  evict.kv = kv;
+  r = e->submit(evict);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not kv policy 'window' with kv-quant none"), std::string::npos)
+      << r.status().message();
+  // Without an explicit request for it, both decode plainly.
+  json.speculative.reset();
+  evict.speculative.reset();
+  for (RequestOptions* req : {&json, &evict}) {
+    auto h = e->submit(*req);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    const Output o = collect(**h);
+    EXPECT_NE(o.fin.reason, FinishReason::kError);
+    EXPECT_EQ(o.fin.speculative.passes, 0);
+  }
+  // An engine whose default policy evicts cannot speculate at all: refused when configured.
+  EngineOptions bad = options(Method::kNgram, 2);
+  bad.kv = kv;
+  auto be = Engine::create(*target_, *tok_, *backend_, bad);
+  ASSERT_FALSE(be.ok());
+  EXPECT_NE(be.status().message().find("needs a keep-everything unquantized KV cache"), std::string::npos)
+      << be.status().message();
+  // And an engine without a drafter refuses a request that requires one.
+  auto plain = engine(options(Method::kNone, 1));
+  r = plain->submit(greedy(prompt, true, 8));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("without a drafter"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace frugal
+
+namespace frugal {
+namespace {
+
+// Sampling through the whole engine (drafter, verify pass, rollback, emission): the joint law of
+// the first two generated tokens of a speculating request equals plain sampling's. A random
+// 2-layer target and a draft of the same vocabulary whose distributions differ from the target's
+// (drafts are kept and rejected), top-k 3 on both so the law has 9 cells; 3000 requests of each kind, compared
+// with Pearson's test of homogeneity at p > 1e-3. The same test against plain sampling at another
+// temperature must reject (p < 1e-6): it has the power to see a wrong law.
+class SpeculativeSampling : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/spec_sampling");
+    std::filesystem::create_directories(*dir_);
+    synth::RandomModelOptions ro;
+    ro.n_embd = 64;
+    ro.n_layer = 2;
+    ro.n_head = 2;
+    ro.n_head_kv = 1;
+    ro.n_ff = 128;
+    ro.n_vocab = 300;
+    ro.weight_std = 0.2;  // logits spread enough that top-3 is not one token
+    ro.seed = 11;
+    const std::string target = *dir_ + "/target.gguf", draft = *dir_ + "/draft.gguf";
+    ASSERT_TRUE(synth::write_random_model(ro, target).ok());
+    // The draft: the same seed at a smaller weight scale, so its top tokens mostly agree with the
+    // target's while its probabilities differ (both acceptance and the residual get exercised).
+    ro.weight_std = 0.15;
+    ro.vocab.kind = synth::VocabKind::kCopy;
+    ro.vocab.copy_from = target;
+    ro.n_vocab = 0;
+    ASSERT_TRUE(synth::write_random_model(ro, draft).ok());
+    target_ = Model::load(target).value().release();
+    draft_ = Model::load(draft).value().release();
+    tok_ = Tokenizer::from_gguf(target_->gguf()).value().release();
+    backend_ = make_cpu_backend(CpuBackendOptions{2}).release();
+  }
+  static void TearDownTestSuite() {
+    delete backend_;
+    delete tok_;
+    delete draft_;
+    delete target_;
+    std::error_code ec;
+    std::filesystem::remove_all(*dir_, ec);
+    delete dir_;
+  }
+
+  // Counts of (first, second) generated token over `n` requests with seeds 0..n-1.
+  static std::map<std::pair<TokenId, TokenId>, int64_t> joint(Method m, float temperature, int n) {
+    EngineOptions o;
+    o.n_parallel = 16;
+    o.n_ctx = 512;
+    o.max_waiting = n + 1;
+    o.telemetry_period_s = 0;
+    o.spec.method = m;
+    o.spec.draft_model = draft_;
+    o.spec.k = 3;
+    o.spec.draft_memory = 1u << 30;  // the draft is as large as the target: a budget allows it
+    auto e = Engine::create(*target_, *tok_, *backend_, o);
+    EXPECT_TRUE(e.ok()) << e.status().message();
+    // Every non-control token once, in a fixed shuffled order: whatever is sampled first, the n-gram
+    // drafter finds it and proposes what followed it. The shared prompt is computed once per slot
+    // (prefix cache).
+    std::vector<TokenId> prompt = {1};
+    for (TokenId t = 3; t < static_cast<TokenId>(target_->config().n_vocab); ++t) prompt.push_back(t);
+    std::shuffle(prompt.begin() + 1, prompt.end(), std::mt19937(5));
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (int i = 0; i < n; ++i) {
+      RequestOptions r;
+      r.prompt = prompt;
+      r.sampling.temperature = temperature;
+      r.sampling.top_k = 3;
+      r.sampling.top_p = 1.0f;
+      r.sampling.min_p = 0.0f;
+      r.sampling.seed = static_cast<uint64_t>(i);
+      r.max_tokens = 6;
+      r.ignore_eos = true;
+      auto h = (*e)->submit(r);
+      EXPECT_TRUE(h.ok()) << h.status().message();
+      hs.push_back(*h);
+    }
+    std::map<std::pair<TokenId, TokenId>, int64_t> counts;
+    int64_t passes = 0, rejected = 0, accepted = 0;
+    for (auto& h : hs) {
+      const Output out = collect(*h);
+      EXPECT_GE(out.tokens.size(), 2u);
+      if (out.tokens.size() >= 2) ++counts[{out.tokens[0], out.tokens[1]}];
+      passes += out.fin.speculative.passes;
+      rejected += out.fin.speculative.drafted - out.fin.speculative.accepted;
+      accepted += out.fin.speculative.accepted;
+    }
+    if (std::getenv("FRUGAL_TEST_VERBOSE") != nullptr) {
+      std::printf("%s t=%.1f:", speculative::method_name(m), temperature);
+      for (const auto& [k, v] : counts) std::printf(" (%d,%d)=%lld", k.first, k.second, static_cast<long long>(v));
+      std::printf("; %lld passes, %lld accepted, %lld rejected\n", static_cast<long long>(passes),
+                  static_cast<long long>(accepted), static_cast<long long>(rejected));
+    }
+    if (m != Method::kNone) {
+      EXPECT_GT(passes, n) << "drafts were verified";
+      EXPECT_GT(rejected, n / 2) << "and rejected often enough to exercise the residual";
+      // The draft model agrees often enough to exercise acceptance; n-gram proposals (what
+      // followed the token in a shuffled prompt) mostly fall outside the target's top 3.
+      if (m == Method::kDraft) {
+        EXPECT_GT(accepted, n / 2) << "and kept often enough to exercise acceptance";
+      }
+    }
+    return counts;
+  }
+
+  static double homogeneity_p(const std::map<std::pair<TokenId, TokenId>, int64_t>& a,
+                              const std::map<std::pair<TokenId, TokenId>, int64_t>& b) {
+    std::map<std::pair<TokenId, TokenId>, std::pair<double, double>> cells;
+    double na = 0, nb = 0;
+    for (const auto& [k, v] : a) cells[k].first += v, na += v;
+    for (const auto& [k, v] : b) cells[k].second += v, nb += v;
+    double stat = 0;
+    for (const auto& [k, v] : cells) {
+      const double tot = v.first + v.second;
+      const double ea = tot * na / (na + nb), eb = tot * nb / (na + nb);
+      stat += (v.first - ea) * (v.first - ea) / ea + (v.second - eb) * (v.second - eb) / eb;
+    }
+    const int df = static_cast<int>(cells.size()) - 1;
+    // Upper tail of chi-square(df) by the regularized gamma series / continued fraction.
+    const double s = df / 2.0, z = stat / 2.0;
+    if (z <= 0) return 1.0;
+    const double lp = -z + s * std::log(z) - std::lgamma(s);
+    if (z < s + 1) {
+      double term = 1.0 / s, sum = term;
+      for (int i = 1; i < 10000 && term > sum * 1e-15; ++i) sum += term *= z / (s + i);
+      return 1.0 - sum * std::exp(lp);
+    }
+    double bb = z + 1 - s, c = 1e300, d = 1 / bb, h = d;
+    for (int i = 1; i < 10000; ++i) {
+      const double an = -i * (i - s);
+      bb += 2;
+      d = an * d + bb;
+      c = bb + an / c;
+      d = 1 / d;
+      h *= d * c;
+      if (std::fabs(d * c - 1) < 1e-15) break;
+    }
+    return std::exp(lp) * h;
+  }
+
+  static inline std::string* dir_ = nullptr;
+  static inline Model* target_ = nullptr;
+  static inline Model* draft_ = nullptr;
+  static inline Tokenizer* tok_ = nullptr;
+  static inline Backend* backend_ = nullptr;
+};
+
+TEST_F(SpeculativeSampling, JointLawOfTwoTokensEqualsPlainSampling) {
+  constexpr int kRequests = 3000;
+  const auto plain = joint(Method::kNone, 1.5f, kRequests);
+  ASSERT_GE(plain.size(), 4u) << "the law must have several cells";
+  for (Method m : {Method::kDraft, Method::kNgram}) {
+    SCOPED_TRACE(speculative::method_name(m));
+    const double p = homogeneity_p(joint(m, 1.5f, kRequests), plain);
+    std::printf("%s: p = %.4g over %zu cells\n", speculative::method_name(m), p, plain.size());
+    EXPECT_GT(p, 1e-3);
+  }
+  const double control = homogeneity_p(joint(Method::kNone, 0.7f, kRequests), plain);
+  std::printf("plain at temperature 0.7 against 1.5: p = %.4g\n", control);
+  EXPECT_LT(control, 1e-6) << "the test can fail";
+}
+
+}  // namespace
+}  // namespace frugal
