@@ -200,19 +200,27 @@ TEST(Fp4Encodings, EveryE8M0ScaleDecodes) {
   }
   EXPECT_TRUE(std::isnan(quant::e8m0_to_f32(255)));
   EXPECT_TRUE(std::isnan(quant::e8m0_to_f32_half(255)));
-  // The MXFP4 quantizer picks every scale from 2^-127 to 2^127 for blocks whose amax is 4 * 2^k.
-  for (int e = 0; e < 255; ++e) {
+  // The MXFP4 quantizer picks every scale from 2^-127 to 2^125 for blocks whose amax is 4 * 2^k
+  // (4 * 2^126 is past float's range).
+  for (int e = 0; e <= 252; ++e) {
     std::vector<float> x(32, 0.f);
     x[7] = -static_cast<float>(std::ldexp(4.0, e - 127));
     BlockMXFP4 b{};
     quant::quantize_mxfp4_ref(x.data(), &b, 32);
-    EXPECT_EQ(b.e, std::min(e, 254)) << e;
+    EXPECT_EQ(b.e, e) << e;
     std::vector<float> y(32);
     quant::dequantize_mxfp4_ref(&b, y.data(), 32);
-    if (e < 254) {  // 4 * 2^127 is past float's range: those blocks saturate
-      EXPECT_EQ(y[7], x[7]) << e;
-    }
+    EXPECT_EQ(y[7], x[7]) << e;
   }
+  // Out of range inputs get a defined, clamped exponent (ggml's conversion would overflow).
+  std::vector<float> x(32, 0.f);
+  x[0] = std::numeric_limits<float>::infinity();
+  BlockMXFP4 b{};
+  quant::quantize_mxfp4_ref(x.data(), &b, 32);
+  EXPECT_EQ(b.e, 254);
+  x[0] = std::numeric_limits<float>::denorm_min();
+  quant::quantize_mxfp4_ref(x.data(), &b, 32);
+  EXPECT_EQ(b.e, 0);
 }
 
 TEST(Mxfp4Reference, QuantizeMatchesFloat64Model) {
