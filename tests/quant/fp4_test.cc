@@ -331,9 +331,9 @@ TEST(Fp4VecDot, MatchesFloat64DotWithinTheActivationBound) {
       t->vec_dot_ref(n, &got, w.data(), qa.data());
       float fast = 0.f;
       t->vec_dot(n, &fast, w.data(), qa.data());
-      EXPECT_EQ(fast, got);
       const double exact_q = quant_test::dot_f64(dw, da);
       const double mag = quant_test::abs_dot_f64(dw, da);
+      EXPECT_LE(std::fabs(fast - exact_q), 1e-6 * mag + 1e-30) << dtype_name(type) << " n=" << n;  // SIMD order
       EXPECT_LE(std::fabs(got - exact_q), 1e-6 * mag + 1e-30) << dtype_name(type) << " n=" << n;
       // Q8_0 rounds each activation to within d/2 of its block scale d.
       double bound = 0;

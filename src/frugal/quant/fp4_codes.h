@@ -68,14 +68,23 @@ inline float e8m0_to_f32_half(uint8_t e) {
 // UE4M3: E4M3 ("fn": bias 7, no infinities) with the sign bit dropped, since block scales are
 // positive. Bits 0..2 mantissa, 3..6 exponent; 0x7F is NaN; bit 7 is ignored on read (a file
 // that sets it still decodes to the positive value). Largest 448 (0x7E), smallest 2^-9 (0x01).
-inline float ue4m3_to_f32(uint8_t code) {
-  code &= 0x7F;
-  if (code == 0x7F) return std::numeric_limits<float>::quiet_NaN();
-  const int e = code >> 3;
-  const int m = code & 7;
-  if (e == 0) return std::ldexp(static_cast<float>(m), -9);  // subnormal: m/8 * 2^-6
-  return std::ldexp(static_cast<float>(8 + m), e - 10);      // (1 + m/8) * 2^(e-7)
-}
+struct UE4M3Values {
+  float v[128];
+  constexpr UE4M3Values() : v{} {
+    for (int code = 0; code < 127; ++code) {
+      const int e = code >> 3;
+      const int m = code & 7;
+      // Subnormal m/8 * 2^-6 = m * 2^-9; normal (1 + m/8) * 2^(e-7) = (8 + m) * 2^(e-10).
+      float p = 1.f / 512.f;
+      for (int k = 1; k < e; ++k) p *= 2.f;  // 2^(e-10) = 2^-9 * 2^(e-1); every step exact
+      v[code] = e == 0 ? static_cast<float>(m) * (1.f / 512.f) : static_cast<float>(8 + m) * p;
+    }
+    v[127] = std::numeric_limits<float>::quiet_NaN();
+  }
+};
+inline constexpr UE4M3Values kUE4M3Values{};
+
+inline float ue4m3_to_f32(uint8_t code) { return kUE4M3Values.v[code & 0x7F]; }
 
 // The UE4M3 code nearest v, ties to even mantissa (a cast to float8_e4m3fn), saturating at 448
 // and clamped below at 2^-9 (code 1). NaN gives code 1. Used for NVFP4 block scales, which are

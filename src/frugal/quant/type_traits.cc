@@ -114,11 +114,11 @@ struct Table {
         row(DType::kIQ4_NL, DType::kQ8_0, true, dequantize_iq4_nl_ref, quantize_iq4_nl_ref,
             vec_dot_iq4_nl_q8_0_ref,
             Fast{to_float_iq4_nl, nullptr, vec_dot_iq4_nl, gemm_iq4_nl, br, bc}),
-        // FP4 formats: scalar kernels only so far.
+        // FP4 formats: no gemm tile yet (batches of 8+ tokens dequantize and use the float GEMM).
         row(DType::kMXFP4, DType::kQ8_0, true, dequantize_mxfp4_ref, quantize_mxfp4_ref,
-            vec_dot_mxfp4_q8_0_ref, Fast{}),
+            vec_dot_mxfp4_q8_0_ref, Fast{to_float_mxfp4, nullptr, vec_dot_mxfp4}),
         row(DType::kNVFP4, DType::kQ8_0, true, dequantize_nvfp4_ref, quantize_nvfp4_ref,
-            vec_dot_nvfp4_q8_0_ref, Fast{}),
+            vec_dot_nvfp4_q8_0_ref, Fast{to_float_nvfp4, nullptr, vec_dot_nvfp4}),
     };
     for (TypeTraits& t : rows) t.quantize_rows = model_file_quantizer(t.type);
     for (const TypeTraits& t : rows) pointers.push_back(&t);
