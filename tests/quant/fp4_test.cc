@@ -347,5 +347,35 @@ TEST(Fp4VecDot, MatchesFloat64DotWithinTheActivationBound) {
   }
 }
 
+// Blocks from a hostile file: any byte is a valid code or scale (NaN scales included), and the
+// fast kernels decode them as the references do.
+TEST(Fp4Kernels, ArbitraryBytesDecodeAsTheReferences) {
+  std::mt19937 rng(77);
+  for (DType type : {DType::kMXFP4, DType::kNVFP4}) {
+    const TypeTraits* t = type_traits(type);
+    const int64_t n = 64 * 40;
+    std::vector<uint8_t> w(static_cast<size_t>(row_bytes(type, n)));
+    for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+    w[0] = 0xFF;  // the first block's scale: E8M0 255, or UE4M3 0x7F with the ignored bit 7 set
+    const auto ref = quant_test::dequantize(t->to_float_ref, w, n);
+    const auto fast = quant_test::dequantize(t->to_float, w, n);
+    int nan = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = ref[static_cast<size_t>(i)];
+      const float b = fast[static_cast<size_t>(i)];
+      if (std::isnan(a)) ++nan;
+      ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << dtype_name(type) << " " << i << ": " << a << " " << b;
+    }
+    EXPECT_GE(nan, 16) << dtype_name(type);  // at least the block (or sub-block) of the NaN scale
+    std::vector<uint8_t> a(static_cast<size_t>(row_bytes(DType::kQ8_0, n)));
+    for (uint8_t& b : a) b = static_cast<uint8_t>(rng() % 64);  // small fp16 scales, any codes
+    float s_ref = 0.f;
+    float s_fast = 0.f;
+    t->vec_dot_ref(n, &s_ref, w.data(), a.data());
+    t->vec_dot(n, &s_fast, w.data(), a.data());
+    EXPECT_EQ(std::isnan(s_ref), std::isnan(s_fast)) << dtype_name(type);
+  }
+}
+
 }  // namespace
 }  // namespace frugal
