@@ -208,6 +208,36 @@ TEST_P(GetRowsAllTypes, MatchesReferenceDequantize) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GetRowsAllTypes, ::testing::ValuesIn(all_type_traits()), type_param_name);
 
+// A per-tensor scale (NVFP4's global scale) multiplies every product before the bias is added,
+// and every looked-up row, on every path (one token, small batches, the float path).
+TEST(MatmulScaled, ScaleMultipliesProductsBeforeTheBiasAndLookedUpRows) {
+  const TypeTraits& tt = *type_traits(DType::kNVFP4);
+  std::mt19937 rng(300);
+  const int64_t rows = 21, cols = test_cols(tt);
+  TestWeight tw = make_weight(tt, rows, cols, rng);
+  const auto bias = random_floats(rng, rows);
+  const float scale = 0.0371f;
+  WeightTensor scaled = tw.w;
+  scaled.scale = scale;
+  for_each_target_and_threads([&](Backend& be) {
+    for (int64_t n : {1, 3, 16}) {
+      const auto x = random_floats(rng, n * cols);
+      std::vector<float> plain(n * rows), got(n * rows);
+      be.matmul(tw.w, x.data(), n, plain.data(), nullptr);
+      be.matmul(scaled, x.data(), n, got.data(), bias.data());
+      for (int64_t i = 0; i < n * rows; ++i) {
+        const double want = static_cast<double>(plain[i]) * scale + bias[i % rows];
+        ASSERT_NEAR(got[i], want, 1e-6 * (std::abs(want) + 1)) << "n " << n << " i " << i;
+      }
+    }
+    const int32_t ids[2] = {4, 17};
+    std::vector<float> plain(2 * cols), got(2 * cols);
+    be.get_rows(tw.w, ids, 2, plain.data());
+    be.get_rows(scaled, ids, 2, got.data());
+    for (int64_t k = 0; k < 2 * cols; ++k) ASSERT_EQ(got[k], plain[k] * scale) << k;
+  });
+}
+
 // Q4_0 repacked in 8-row groups (backend/cpu/repack.h) against the same rows in GGUF's layout,
 // through matmul (one token, small batches, the float path) and get_rows, on every target (the
 // layout is read everywhere; only AVX2 chooses it at load).

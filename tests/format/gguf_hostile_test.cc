@@ -202,6 +202,29 @@ TEST(GgufHostile, DimNotAMultipleOfTheBlockSize) {
   expect_error(b, ErrorCode::kCorrupt, {"'blk.0.attn_k.weight'", "48", "block size 32"});
 }
 
+// The FP4 types: NVFP4 blocks hold 64 elements in 36 bytes, MXFP4 blocks 32 in 17.
+TEST(GgufHostile, Fp4BlockSizesAndLengths) {
+  constexpr uint32_t kMXFP4 = 39, kNVFP4 = 40;
+  Bytes b;
+  b.header(3, 1, 0).tensor("blk.0.ffn_up.weight", {32, 2}, kNVFP4, 0).pad(32).zeros(128);
+  expect_error(b, ErrorCode::kCorrupt, {"'blk.0.ffn_up.weight'", "32", "block size 64"});
+  Bytes short_data;  // 2 rows of 64 NVFP4 elements need 72 bytes
+  short_data.header(3, 1, 0).tensor("blk.0.ffn_up.weight", {64, 2}, kNVFP4, 0).pad(32).zeros(71);
+  expect_error(short_data, ErrorCode::kCorrupt, {"'blk.0.ffn_up.weight'", "past the end"});
+  Bytes mx;  // 3 rows of 32 MXFP4 elements: 51 bytes, one short
+  mx.header(3, 1, 0).tensor("blk.0.ffn_up.weight", {32, 3}, kMXFP4, 0).pad(32).zeros(50);
+  expect_error(mx, ErrorCode::kCorrupt, {"'blk.0.ffn_up.weight'", "past the end"});
+  Bytes ok;
+  ok.header(3, 2, 0).tensor("a.weight", {64, 2}, kNVFP4, 0).tensor("b.weight", {32, 3}, kMXFP4, 96);
+  ok.pad(32).zeros(96 + 51);
+  const std::string path = test::scratch_path("fp4.gguf");
+  test::write_file(path, ok.vec());
+  auto r = GgufFile::open(path);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->find_tensor("a.weight")->nbytes, 72u);
+  EXPECT_EQ((*r)->find_tensor("b.weight")->nbytes, 51u);
+}
+
 TEST(GgufHostile, UnalignedOffset) {
   Bytes b;
   b.header(3, 1, 0).tensor("w", {8}, kF32, 4).pad(32).zeros(64);

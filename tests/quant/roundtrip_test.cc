@@ -44,6 +44,8 @@ const std::map<DType, ErrorBound>& bounds() {
       {DType::kQ5_K, {0.045, 0.0056}},                                // 0.0362, 0.0045
       {DType::kQ6_K, {0.023, 0.0032}},                                // 0.0181, 0.0025
       {DType::kIQ4_NL, {0.10, 0.055}},                                // 0.0806, 0.0439
+      {DType::kMXFP4, {0.155, 0.088}},                                // 0.1245, 0.0705
+      {DType::kNVFP4, {0.13, 0.043}},   // 0.1029, 0.0339 (global scale 1: block scales alone)
   };
   return b;
 }

@@ -33,6 +33,10 @@ struct WeightTensor {
   size_t row_stride = 0;  // bytes between rows (kRows); bytes per row on average otherwise
   const void* data = nullptr;
   WeightLayout layout = WeightLayout::kRows;
+  // Every product with this matrix is multiplied by `scale` (before any bias): the per-tensor
+  // FP32 global scale of NVFP4, stored in the file as the companion tensor `<name>.scale`
+  // (model/architecture.cc). 1 for every other weight.
+  float scale = 1.f;
 };
 
 struct RopeParams {

@@ -7,7 +7,7 @@
 namespace frugal {
 namespace {
 
-constexpr std::array<DTypeLayout, 21> kLayouts = {{
+constexpr std::array<DTypeLayout, 23> kLayouts = {{
     {DType::kF32, "f32", 1, 4},
     {DType::kF16, "f16", 1, 2},
     {DType::kQ4_0, "q4_0", 32, 18},
@@ -29,6 +29,8 @@ constexpr std::array<DTypeLayout, 21> kLayouts = {{
     {DType::kI64, "i64", 1, 8},
     {DType::kF64, "f64", 1, 8},
     {DType::kBF16, "bf16", 1, 2},
+    {DType::kMXFP4, "mxfp4", 32, 17},
+    {DType::kNVFP4, "nvfp4", 64, 36},
 }};
 
 bool iequals(std::string_view a, std::string_view b) {

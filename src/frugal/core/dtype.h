@@ -29,6 +29,8 @@ enum class DType : uint32_t {
   kI64 = 27,
   kF64 = 28,
   kBF16 = 30,
+  kMXFP4 = 39,  // OCP MX FP4: E2M1 codes, one E8M0 scale per 32 (quant/mxfp4.cc)
+  kNVFP4 = 40,  // NVIDIA FP4: E2M1 codes, UE4M3 scale per 16, F32 scale per tensor (quant/nvfp4.cc)
 };
 
 // Layout facts every module needs (the GGUF reader validates sizes with them); kernels live in

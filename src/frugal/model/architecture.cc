@@ -1,6 +1,7 @@
 #include "frugal/model/architecture.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "frugal/quant/type_traits.h"
 
@@ -55,6 +56,31 @@ std::vector<std::string> architecture_names() {
 
 bool has_tensor(const GgufFile& f, const std::string& name) { return f.find_tensor(name) != nullptr; }
 
+std::string global_scale_name(const std::string& weight_name) {
+  constexpr std::string_view kSuffix = ".weight";
+  if (weight_name.size() > kSuffix.size() && weight_name.ends_with(kSuffix)) {
+    return weight_name.substr(0, weight_name.size() - kSuffix.size()) + ".scale";
+  }
+  return weight_name + ".scale";
+}
+
+Result<float> read_global_scale(const GgufFile& f, const std::string& weight_name) {
+  const std::string name = global_scale_name(weight_name);
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) return 1.f;  // a file without one: blocks that are their own values
+  if (t->type != DType::kF32 || t->n_elements() != 1) {
+    return error(ErrorCode::kCorrupt, "tensor '{}' (global scale of '{}') must be one f32, found {} {}", name,
+                 weight_name, t->n_elements(), dtype_name(t->type));
+  }
+  float g;
+  std::memcpy(&g, t->data, sizeof g);
+  if (!std::isfinite(g) || g <= 0.f) {
+    return error(ErrorCode::kCorrupt, "tensor '{}' (global scale of '{}') is {}, expected a positive finite value",
+                 name, weight_name, g);
+  }
+  return g;
+}
+
 Result<WeightTensor> bind_matrix(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
   const GgufTensorInfo* t = f.find_tensor(name);
   if (t == nullptr) return error(ErrorCode::kNotFound, "missing tensor '{}'", name);
@@ -76,6 +102,9 @@ Result<WeightTensor> bind_matrix(const GgufFile& f, const std::string& name, int
   w.rows = rows;
   w.row_stride = static_cast<size_t>(row_bytes(t->type, cols));
   w.data = t->data;
+  if (t->type == DType::kNVFP4) {
+    FRUGAL_ASSIGN_OR_RETURN(w.scale, read_global_scale(f, name));
+  }
   return w;
 }
 

@@ -28,5 +28,10 @@ Status bind_llama_like_weights(const GgufFile& f, const ModelConfig& cfg, ModelW
 Result<WeightTensor> bind_matrix(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows);
 Result<std::vector<float>> load_vector(const GgufFile& f, const std::string& name, int64_t n);
 bool has_tensor(const GgufFile& f, const std::string& name);
+// NVFP4's per-tensor FP32 global scale lives in a companion tensor: "blk.0.attn_q.weight" has
+// "blk.0.attn_q.scale" (one f32; llama.cpp's naming of these per-tensor scales). A file without
+// it reads as scale 1; a malformed one is an error naming it.
+std::string global_scale_name(const std::string& weight_name);
+Result<float> read_global_scale(const GgufFile& f, const std::string& weight_name);
 
 }  // namespace frugal

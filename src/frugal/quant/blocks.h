@@ -46,6 +46,23 @@ struct BlockIQ4_NL {
   uint8_t qs[kQK / 2];  // indices into kIQ4NLValues, nibbles as in Q4_0
 };
 
+// MXFP4 (GGUF type 39, ggml's block_mxfp4): 32 E2M1 codes, one E8M0 scale: x = 2^(e-127) * E2M1[q].
+struct BlockMXFP4 {
+  uint8_t e;            // E8M0 scale
+  uint8_t qs[kQK / 2];  // byte j: element j (low nibble), element j+16 (high nibble), as Q4_0
+};
+
+// NVFP4 (GGUF type 40): four sub-blocks of 16 E2M1 codes, each with a UE4M3 scale, in one
+// 36-byte block of 64 elements: x = ue4m3(d[s]) * E2M1[q] * (the tensor's F32 global scale,
+// applied to the product: WeightTensor::scale). Sub-block s holds elements 16s..16s+15 in
+// qs[8s..8s+7], byte j pairing element 16s+j (low nibble) with 16s+j+8 (high nibble).
+inline constexpr int kQK_NVFP4 = 64;     // elements per block
+inline constexpr int kQK_NVFP4_SUB = 16;  // elements per UE4M3 scale
+struct BlockNVFP4 {
+  uint8_t d[kQK_NVFP4 / kQK_NVFP4_SUB];  // UE4M3 scales of the four sub-blocks
+  uint8_t qs[kQK_NVFP4 / 2];
+};
+
 struct BlockQ2_K {
   uint8_t scales[kQK_K / 16];  // per 16 elements: low nibble scale, high nibble min
   uint8_t qs[kQK_K / 4];       // 2-bit codes
@@ -90,6 +107,8 @@ static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockMXFP4) == 17);
+static_assert(sizeof(BlockNVFP4) == 36);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);

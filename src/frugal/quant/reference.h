@@ -30,6 +30,10 @@ FRUGAL_QUANT_DECLARE_REF(q4_k);
 FRUGAL_QUANT_DECLARE_REF(q5_k);
 FRUGAL_QUANT_DECLARE_REF(q6_k);
 FRUGAL_QUANT_DECLARE_REF(iq4_nl);
+FRUGAL_QUANT_DECLARE_REF(mxfp4);
+// NVFP4's row reference quantizes with a global scale of 1 (block scales alone); model files
+// use quantize_rows_nvfp4_scaled with the tensor's global scale.
+FRUGAL_QUANT_DECLARE_REF(nvfp4);
 
 #undef FRUGAL_QUANT_DECLARE_REF
 
@@ -63,10 +67,20 @@ void vec_dot_q4_1_q8_1_ref(int64_t n, float* s, const void* x, const void* y);
 void vec_dot_q5_0_q8_0_ref(int64_t n, float* s, const void* x, const void* y);
 void vec_dot_q5_1_q8_1_ref(int64_t n, float* s, const void* x, const void* y);
 void vec_dot_iq4_nl_q8_0_ref(int64_t n, float* s, const void* x, const void* y);
+void vec_dot_mxfp4_q8_0_ref(int64_t n, float* s, const void* x, const void* y);
+// Without the global scale: the caller multiplies by it (WeightTensor::scale).
+void vec_dot_nvfp4_q8_0_ref(int64_t n, float* s, const void* x, const void* y);
 void vec_dot_q2_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
 void vec_dot_q3_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
 void vec_dot_q4_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
 void vec_dot_q5_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
 void vec_dot_q6_k_q8_k_ref(int64_t n, float* s, const void* x, const void* y);
+
+// NVFP4's per-tensor global scale (ModelOpt's weight_scale_2): amax(|w|) / (6 * 448), so the
+// largest block scale lands on E4M3's largest value; 1 for an all-zero tensor.
+float nvfp4_global_scale(float amax);
+// Rows quantized as ModelOpt does for a tensor whose global scale is `global_scale`; dequantized
+// values are the to_float values times global_scale.
+void quantize_rows_nvfp4_scaled(const float* src, void* dst, int64_t nrows, int64_t n_per_row, float global_scale);
 
 }  // namespace frugal::quant

@@ -71,6 +71,12 @@ FRUGAL_FAST_TO_FLOAT(iq4_nl);
 inline constexpr int kBlockTileRows = 8;
 inline constexpr int kBlockTileCols = 64;
 
+// simd_fp4.cc: MXFP4 and NVFP4 (NVFP4 without its per-tensor global scale).
+FRUGAL_FAST_VEC_DOT(mxfp4);
+FRUGAL_FAST_VEC_DOT(nvfp4);
+FRUGAL_FAST_TO_FLOAT(mxfp4);
+FRUGAL_FAST_TO_FLOAT(nvfp4);
+
 // simd_kquant.cc: the K-quants.
 FRUGAL_FAST_VEC_DOT(q2_k);
 FRUGAL_FAST_VEC_DOT(q3_k);

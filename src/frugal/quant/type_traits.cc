@@ -58,6 +58,10 @@ QuantizeRowsFn model_file_quantizer(DType type) {
     case DType::kQ5_K: return quantize_rows_q5_k;
     case DType::kQ6_K: return quantize_rows_q6_k;
     case DType::kIQ4_NL: return quantize_rows_iq4_nl;
+    case DType::kMXFP4: return rows_from_reference<quantize_mxfp4_ref>;
+    // Row by row with a global scale of 1; model files go through quantize_rows_nvfp4_scaled
+    // with the tensor's global scale (quantize/model_quantizer.cc).
+    case DType::kNVFP4: return rows_from_reference<quantize_nvfp4_ref>;
     default: return nullptr;
   }
 }
@@ -110,6 +114,11 @@ struct Table {
         row(DType::kIQ4_NL, DType::kQ8_0, true, dequantize_iq4_nl_ref, quantize_iq4_nl_ref,
             vec_dot_iq4_nl_q8_0_ref,
             Fast{to_float_iq4_nl, nullptr, vec_dot_iq4_nl, gemm_iq4_nl, br, bc}),
+        // FP4 formats: no gemm tile yet (batches of 8+ tokens dequantize and use the float GEMM).
+        row(DType::kMXFP4, DType::kQ8_0, true, dequantize_mxfp4_ref, quantize_mxfp4_ref,
+            vec_dot_mxfp4_q8_0_ref, Fast{to_float_mxfp4, nullptr, vec_dot_mxfp4}),
+        row(DType::kNVFP4, DType::kQ8_0, true, dequantize_nvfp4_ref, quantize_nvfp4_ref,
+            vec_dot_nvfp4_q8_0_ref, Fast{to_float_nvfp4, nullptr, vec_dot_nvfp4}),
     };
     for (TypeTraits& t : rows) t.quantize_rows = model_file_quantizer(t.type);
     for (const TypeTraits& t : rows) pointers.push_back(&t);

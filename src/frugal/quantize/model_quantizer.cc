@@ -8,6 +8,8 @@
 #include "frugal/core/half.h"
 #include "frugal/core/thread_pool.h"
 #include "frugal/format/gguf.h"
+#include "frugal/model/architecture.h"
+#include "frugal/quant/reference.h"
 #include "frugal/quant/type_traits.h"
 #include "frugal/quantize/atomic_file.h"
 
@@ -26,6 +28,8 @@ struct TensorPlan {
   bool fallback = false;
   const ImatrixEntry* importance = nullptr;
   uint64_t out_bytes = 0;
+  float in_scale = 1.f;        // the input's NVFP4 global scale, folded in when converting it
+  bool global_scale = false;   // the F32 companion `<name>.scale` of the NVFP4 tensor `in` (written after it)
 };
 
 struct CompiledRule {
@@ -53,6 +57,37 @@ Result<ModelShape> read_shape(const GgufFile& f) {
 }
 
 int64_t rows_of(const GgufTensorInfo& t) { return t.n_elements() / t.dims[0]; }
+
+// NVFP4's global scales (docs/quantization.md, "FP4 formats"): each tensor converted to NVFP4 is
+// followed by its F32 companion `<name>.scale`; an NVFP4 input that is converted has its scale
+// folded into the floats, and its companion is dropped.
+Result<std::vector<TensorPlan>> plan_global_scales(const GgufFile& in, std::vector<TensorPlan> plan) {
+  std::vector<std::string> dropped;
+  for (TensorPlan& p : plan) {
+    if (!p.quantize || p.in->type != DType::kNVFP4) continue;
+    FRUGAL_ASSIGN_OR_RETURN(p.in_scale, read_global_scale(in, p.in->name));
+    dropped.push_back(global_scale_name(p.in->name));
+  }
+  std::vector<TensorPlan> out;
+  for (const TensorPlan& p : plan) {
+    if (std::find(dropped.begin(), dropped.end(), p.in->name) != dropped.end()) continue;
+    out.push_back(p);
+    if (!p.quantize || p.to != DType::kNVFP4) continue;
+    const std::string companion = global_scale_name(p.in->name);
+    if (in.find_tensor(companion) != nullptr && p.in->type != DType::kNVFP4) {
+      return error(ErrorCode::kInvalidArgument,
+                   "tensor '{}': NVFP4 stores its global scale as '{}', which the input already has", p.in->name,
+                   companion);
+    }
+    TensorPlan c;
+    c.in = p.in;
+    c.to = DType::kF32;
+    c.global_scale = true;
+    c.out_bytes = sizeof(float);
+    out.push_back(c);
+  }
+  return out;
+}
 
 // Decides every tensor's fate, or says precisely why the input cannot be quantized as asked.
 Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeOptions& opts, QuantizeReport* report) {
@@ -134,6 +169,7 @@ Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeO
     p.out_bytes = static_cast<uint64_t>(row_bytes(p.to, t->dims[0]) * rows_of(*t));
     plan.push_back(p);
   }
+  FRUGAL_ASSIGN_OR_RETURN(plan, plan_global_scales(in, std::move(plan)));
   report->n_tensors = static_cast<int>(plan.size());
   return plan;
 }
@@ -163,13 +199,19 @@ GgufWriter make_header(const GgufFile& in, const QuantizeOptions& opts, const st
   }
   for (const TensorPlan& p : plan) {
     // Validated already by the reader (dims, block multiples); cannot fail here.
-    (void)w.add_tensor_info(p.in->name, p.to, p.in->dims);
+    if (p.global_scale) {
+      (void)w.add_tensor_info(global_scale_name(p.in->name), DType::kF32, {1});
+    } else {
+      (void)w.add_tensor_info(p.in->name, p.to, p.in->dims);
+    }
   }
   return w;
 }
 
 // Converts one tensor: rows to floats, then to the target type, in chunks of rows over the pool.
-Status convert_tensor(const TensorPlan& p, ThreadPool& pool, std::vector<uint8_t>& out, const QuantizeOptions& opts) {
+// NVFP4 takes two passes: the tensor's amax first, for the global scale written to *global_scale.
+Status convert_tensor(const TensorPlan& p, ThreadPool& pool, std::vector<uint8_t>& out, const QuantizeOptions& opts,
+                      float* global_scale) {
   const GgufTensorInfo& t = *p.in;
   const int64_t cols = t.dims[0];
   const int64_t rows = rows_of(t);
@@ -185,21 +227,52 @@ Status convert_tensor(const TensorPlan& p, ThreadPool& pool, std::vector<uint8_t
   const int64_t n_chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   std::vector<std::vector<float>> scratch(static_cast<size_t>(pool.size()));
   std::atomic<bool> stopped{false};
+  // Rows of chunk c as floats in f: the input's values, its own global scale folded in.
+  auto chunk_floats = [&](int64_t c, std::vector<float>& f, int64_t* r0, int64_t* nr) {
+    f.resize(static_cast<size_t>(rows_per_chunk * cols));
+    *r0 = c * rows_per_chunk;
+    *nr = std::min(rows_per_chunk, rows - *r0);
+    from->to_float_ref(t.data + static_cast<size_t>(*r0) * in_row, f.data(), *nr * cols);
+    if (p.in_scale != 1.f) {
+      for (int64_t i = 0; i < *nr * cols; ++i) f[static_cast<size_t>(i)] *= p.in_scale;
+    }
+  };
+  float g = 1.f;
+  if (p.to == DType::kNVFP4) {
+    std::vector<float> chunk_amax(static_cast<size_t>(n_chunks), 0.f);
+    pool.parallel_for(n_chunks, 1, [&](int64_t begin, int64_t end, int thread) {
+      std::vector<float>& f = scratch[static_cast<size_t>(thread)];
+      for (int64_t c = begin; c < end; ++c) {
+        int64_t r0 = 0;
+        int64_t nr = 0;
+        chunk_floats(c, f, &r0, &nr);
+        float amax = 0.f;
+        for (int64_t i = 0; i < nr * cols; ++i) amax = std::max(amax, std::fabs(f[static_cast<size_t>(i)]));
+        chunk_amax[static_cast<size_t>(c)] = amax;
+      }
+    });
+    g = quant::nvfp4_global_scale(*std::max_element(chunk_amax.begin(), chunk_amax.end()));
+  }
   pool.parallel_for(n_chunks, 1, [&](int64_t begin, int64_t end, int thread) {
     std::vector<float>& f = scratch[static_cast<size_t>(thread)];
-    f.resize(static_cast<size_t>(rows_per_chunk * cols));
     for (int64_t c = begin; c < end; ++c) {
       if (opts.cancel != nullptr && opts.cancel->load(std::memory_order_relaxed)) {
         stopped = true;
         return;
       }
-      const int64_t r0 = c * rows_per_chunk;
-      const int64_t nr = std::min(rows_per_chunk, rows - r0);
-      from->to_float_ref(t.data + static_cast<size_t>(r0) * in_row, f.data(), nr * cols);
-      to->quantize_rows(f.data(), out.data() + static_cast<size_t>(r0) * out_row, nr, cols, imp);
+      int64_t r0 = 0;
+      int64_t nr = 0;
+      chunk_floats(c, f, &r0, &nr);
+      uint8_t* dst = out.data() + static_cast<size_t>(r0) * out_row;
+      if (p.to == DType::kNVFP4) {
+        quant::quantize_rows_nvfp4_scaled(f.data(), dst, nr, cols, g);
+      } else {
+        to->quantize_rows(f.data(), dst, nr, cols, imp);
+      }
     }
   });
   if (stopped) return error(ErrorCode::kIo, "interrupted");
+  *global_scale = g;
   return ok_status();
 }
 
@@ -222,30 +295,33 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& opts) {
   FRUGAL_RETURN_IF_ERROR(out.write(header.data(), header.size()));
   ThreadPool pool(opts.n_threads);
   std::vector<uint8_t> buffer;
+  float global_scale = 1.f;  // of the last tensor converted; its companion follows it in the plan
   for (size_t k = 0; k < plan.size(); ++k) {
     const TensorPlan& p = plan[k];
     if (opts.cancel != nullptr && opts.cancel->load()) return error(ErrorCode::kIo, "{}: interrupted", opts.output);
     const uint8_t* bytes = p.in->data;
-    if (p.quantize) {
-      Status st = convert_tensor(p, pool, buffer, opts);
+    if (p.global_scale) {
+      bytes = reinterpret_cast<const uint8_t*>(&global_scale);
+    } else if (p.quantize) {
+      Status st = convert_tensor(p, pool, buffer, opts, &global_scale);
       if (!st.ok()) return error(st.code(), "{}: tensor '{}': {}", opts.output, p.in->name, st.message());
       bytes = buffer.data();
     }
     FRUGAL_RETURN_IF_ERROR(out.write(bytes, p.out_bytes));
     const uint64_t padded = (p.out_bytes + alignment - 1) / alignment * alignment;
     FRUGAL_RETURN_IF_ERROR(out.write_zeros(padded - p.out_bytes));
-    report.input_tensor_bytes += p.in->nbytes;
+    if (!p.global_scale) report.input_tensor_bytes += p.in->nbytes;
     report.output_tensor_bytes += p.out_bytes;
     if (opts.on_tensor) {
       TensorProgress tp;
       tp.index = static_cast<int>(k) + 1;
       tp.count = static_cast<int>(plan.size());
-      tp.name = p.in->name;
-      tp.from = p.in->type;
+      tp.name = p.global_scale ? global_scale_name(p.in->name) : p.in->name;
+      tp.from = p.global_scale ? DType::kF32 : p.in->type;
       tp.to = p.to;
       tp.quantized = p.quantize;
       tp.used_imatrix = p.importance != nullptr;
-      tp.bytes_in = p.in->nbytes;
+      tp.bytes_in = p.global_scale ? 0 : p.in->nbytes;
       tp.bytes_out = p.out_bytes;
       opts.on_tensor(tp);
     }

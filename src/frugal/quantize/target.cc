@@ -26,6 +26,8 @@ const std::vector<Target>& all_targets() {
       {"Q5_0", FileType::kQ5_0, DType::kQ5_0, "5.5 bpw"},
       {"Q5_1", FileType::kQ5_1, DType::kQ5_1, "6.0 bpw"},
       {"IQ4_NL", FileType::kIQ4_NL, DType::kIQ4_NL, "4.5 bpw, non-linear grid"},
+      {"MXFP4", FileType::kMXFP4, DType::kMXFP4, "4.25 bpw, E2M1 with an E8M0 scale per 32"},
+      {"NVFP4", FileType::kNVFP4, DType::kNVFP4, "4.5 bpw, E2M1 with an E4M3 scale per 16 and one per tensor"},
       {"Q2_K", FileType::kQ2_K, DType::kQ2_K, "Q2_K, attn_v/ffn_down/attn_output raised"},
       {"Q2_K_S", FileType::kQ2_K_S, DType::kQ2_K, "Q2_K, fewer tensors raised; needs --imatrix"},
       {"Q3_K_S", FileType::kQ3_K_S, DType::kQ3_K, "Q3_K everywhere but output"},

@@ -35,6 +35,10 @@ enum class FileType : uint32_t {
   kQ2_K_S = 21,
   kIQ4_NL = 25,
   kBF16 = 32,
+  // Not in llama.cpp build 4748: MXFP4 is the number later llama.cpp gives MXFP4_MOE; NVFP4's
+  // is ours, the next free one.
+  kMXFP4 = 38,
+  kNVFP4 = 39,
 };
 
 struct Target {

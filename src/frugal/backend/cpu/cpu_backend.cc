@@ -68,6 +68,9 @@ void CpuBackend::get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, 
       } else {
         to_float(src, dst, cols);
       }
+      if (w.scale != 1.f) {
+        for (int64_t c = 0; c < cols; ++c) dst[c] *= w.scale;
+      }
     }
   };
   const int64_t chunk = std::max<int64_t>(1, kParallelElems / std::max<int64_t>(1, cols));

@@ -299,6 +299,22 @@ void CpuBackend::matmul_row_invariant(const WeightTensor& w, const float* x, int
 
 void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
   if (n <= 0 || w.rows <= 0) return;
+  if (w.scale != 1.f) {
+    // A per-tensor scale (NVFP4's global scale): the product of the unscaled blocks, then one
+    // pass over the n x rows outputs, which costs little next to the product.
+    WeightTensor unscaled = w;
+    unscaled.scale = 1.f;
+    matmul(unscaled, x, n, y, nullptr);
+    const int64_t rows = w.rows;
+    const float scale = w.scale;
+    pool_.parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, rows)), [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) {
+        float* yt = y + t * rows;
+        for (int64_t r = 0; r < rows; ++r) yt[r] = yt[r] * scale + (bias != nullptr ? bias[r] : 0.f);
+      }
+    });
+    return;
+  }
   if (row_invariant_ && n > 1) {
     matmul_row_invariant(w, x, n, y, bias);
     return;
