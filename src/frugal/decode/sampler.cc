@@ -388,20 +388,28 @@ TokenId Sampler::draw() {
   return candidates_[last_positive].id;  // rounding left target at the very end
 }
 
-void Sampler::distribution(const float* logits, std::span<const TokenId> history, float* probs) {
-  std::fill(probs, probs + n_vocab_, 0.0f);
+TokenId Sampler::prepare_support(const float* logits, std::span<const TokenId> history) {
   load_logits(logits, history);
   if (!(params_.temperature > 0.0f)) {
     const TokenId best = argmax();
     candidates_[0] = {work_[best], best};
     n_cand_ = 1;
     sorted_ = 1;
-    probs[best] = 1.0f;
-    return;
+    return best;
   }
   apply_top_k(params_.top_k);
   apply_top_p(params_.top_p);
   apply_min_p(params_.min_p);
+  return -1;
+}
+
+void Sampler::distribution(const float* logits, std::span<const TokenId> history, float* probs) {
+  std::fill(probs, probs + n_vocab_, 0.0f);
+  const TokenId greedy = prepare_support(logits, history);
+  if (greedy >= 0) {
+    probs[greedy] = 1.0f;
+    return;
+  }
   // The weights draw() gives the support, normalized (same float rounding of each weight).
   float mx = kNegInf;
   for (size_t i = 0; i < n_cand_; ++i) mx = std::max(mx, candidates_[i].logit);
@@ -425,18 +433,8 @@ void Sampler::distribution(const float* logits, std::span<const TokenId> history
 }
 
 TokenId Sampler::sample(const float* logits, std::span<const TokenId> history) {
-  load_logits(logits, history);
-  if (!(params_.temperature > 0.0f)) {
-    const TokenId best = argmax();
-    candidates_[0] = {work_[best], best};
-    n_cand_ = 1;
-    sorted_ = 1;
-    return best;
-  }
-  apply_top_k(params_.top_k);
-  apply_top_p(params_.top_p);
-  apply_min_p(params_.min_p);
-  return draw();
+  const TokenId greedy = prepare_support(logits, history);
+  return greedy >= 0 ? greedy : draw();
 }
 
 }  // namespace frugal

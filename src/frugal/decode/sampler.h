@@ -100,6 +100,9 @@ class Sampler {
 
  private:
   void load_logits(const float* logits, std::span<const TokenId> history);
+  // What sample() and distribution() share: loads the logits and narrows the support (the argmax
+  // when greedy, returned; else top-k, top-p, min-p in that order, returning -1).
+  TokenId prepare_support(const float* logits, std::span<const TokenId> history);
   TokenId argmax() const;
   void apply_top_k(int32_t k);
   void apply_top_p(float p);
