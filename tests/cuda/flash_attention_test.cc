@@ -136,6 +136,17 @@ std::vector<AttnCase> make_cases() {
     cases.push_back(c);
   }
   {
+    // A batched decode step: one query token for each of 24 sequences of different lengths (1 to
+    // 700 keys), in a shuffled sequence order, as the engine's many-sequence steps are.
+    AttnCase c{"batched_decode_24_sequences_d128_g4"};
+    for (int s = 0; s < 24; ++s) c.key_pos.push_back(range_pos(1 + (s * 97) % 700));
+    for (int k = 0; k < 24; ++k) {
+      const int s = (k * 7) % 24;
+      add_tail_queries(c, s, 1);
+    }
+    cases.push_back(c);
+  }
+  {
     AttnCase c{"window256_d64_g4_q64_ctx5000"};
     c.head_dim = 64, c.window = 256;
     c.key_pos = {range_pos(5000)};
@@ -308,7 +319,10 @@ TEST(CudaFlashAttention, MatchesReference) {
     const std::vector<Run> runs = {{1, 0, "flash"},
                                    {2, b.capacity, "split max_keys=cap"},
                                    {2, 1, "split max_keys=1"},
-                                   {2, 1 << 20, "split max_keys=2^20"}};
+                                   {2, 1 << 20, "split max_keys=2^20"},
+                                   {3, b.capacity, "split T=1 max_keys=cap"},
+                                   {3, 1, "split T=1 max_keys=1"},
+                                   {4, 0, "flash T=1"}};
     for (const Run& r : runs) {
       std::vector<float> out(b.q.size(), std::numeric_limits<float>::quiet_NaN());
       const Status st = cuda::attention_on_device(r.which, b.k.data(), b.v.data(), b.kpos.data(), b.seq_len.data(),

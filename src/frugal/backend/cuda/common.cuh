@@ -160,6 +160,13 @@ unsigned blocks_1d(int64_t total, int per, const char* kernel);
 // A weight matrix in device memory. `type` is the device layout: Q8_0 and Q4_0 are split at upload
 // into codes (`data`, [rows][cols] int8 or [rows][cols/2] nibble bytes, blocks in file order) and
 // F16 scales (`scales`, [rows][cols/32]); the other types keep their GGUF blocks.
+// Q6_K blocks on the device: GGUF's 210 bytes (ql[128], qh[64], scales[16], F16 d) padded to 224
+// at upload, so that every field starts 16-byte aligned and the kernels read codes with 8-byte
+// loads instead of 2-byte ones (210 is only 2-byte aligned). The pad shares the 32-byte sector of
+// the scale and d, which is read anyway, so it costs memory (6.7%) but no bandwidth.
+constexpr int kQ6KBlockBytes = 210;
+constexpr int kQ6KDeviceBlockBytes = 224;
+
 struct DevWeight {
   DType type = DType::kF32;
   int64_t rows = 0;
@@ -284,6 +291,10 @@ struct AttnDev {
   float scale = 1.f;
   int window = 0;
   int round_out = 0;  // launch_attention_split: rounding of the output, as launch_rms_norm's `round`
+  // Tensor-core launchers: query tokens per block (its rows are G heads x T tokens); 0 = as many as
+  // fill the 64 rows. A block holding tokens of several sequences runs its key loop once per
+  // sequence, so a step of one token per sequence (batched decode) is fastest with T = 1.
+  int tokens_per_block = 0;
 };
 // out [n][n_head][head_dim]: each query token over its sequence's cached keys with pos <= its pos.
 void launch_attention(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,

@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 #include <cstring>
 #include <initializer_list>
 #include <map>
@@ -76,6 +77,8 @@ bool needs_host_conversion(const WeightTensor& w) {
     case DType::kF16: case DType::kBF16: return w.cols % 8 != 0 || w.row_stride % 16 != 0;
     case DType::kQ8_0: case DType::kQ4_0: return w.cols % 32 != 0;
     case DType::kQ4_K: return w.cols % 256 != 0 || w.row_stride % 16 != 0;
+    case DType::kQ6_K:  // padded at upload, which reads whole rows of contiguous blocks
+      return w.cols % 256 != 0 || static_cast<int64_t>(w.row_stride) != w.cols / 256 * kQ6KBlockBytes;
     default: return w.cols % 256 != 0 || w.row_stride % 2 != 0;
   }
 }
@@ -89,6 +92,9 @@ uint64_t device_bytes(const WeightTensor& w, uint64_t* dequant_halves) {
   }
   if (w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16) {
     *dequant_halves = std::max<uint64_t>(*dequant_halves, static_cast<uint64_t>(w.rows) * w.cols);
+  }
+  if (w.type == DType::kQ6_K) {  // padded blocks (common.cuh)
+    return static_cast<uint64_t>(w.rows) * (w.cols / 256) * kQ6KDeviceBlockBytes;
   }
   return static_cast<uint64_t>(w.rows) * w.row_stride;
 }
@@ -589,7 +595,9 @@ class CudaBackend final : public Backend {
   Buffers buf_;
   int32_t* pinned_ = nullptr;  // host staging of the packet
   std::vector<std::vector<int32_t>> seq_pos_;  // [seq] positions of the device rows, in slot order
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (n, n_out) -> graph; null: seen once
+  int attn_tokens_per_block_ = 0;              // of the step being prepared (prepare())
+  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;  // (n, n_out, attention tokens per block) ->
+                                                                 // graph; null: seen once
 };
 
 Status upload_floats(const std::vector<float>& v, DeviceArena& arena, float** out, cudaStream_t s) {
@@ -785,6 +793,18 @@ Status CudaBackend::prepare(const Batch& b, int* n_out) {
     if (b.want_logits[u]) rows[no++] = static_cast<int32_t>(i);
   }
   for (int s = 0; s < kv_.n_seq; ++s) lens[s] = static_cast<int32_t>(seq_pos_[static_cast<size_t>(s)].size());
+  // Attention blocks hold G heads of T consecutive tokens; a block straddling sequences runs once
+  // per sequence. T is the longest run of one sequence's consecutive tokens, rounded up to a power
+  // of two (capped by the kernel): 1 for a decode step of many sequences (64 sequences at T = 16
+  // made every block run 16 passes), the full block for a prompt.
+  int64_t longest = n > 0 ? 1 : 0;
+  for (int64_t i = 1, run = 1; i < n; ++i) {
+    run = b.seq[static_cast<size_t>(i)] == b.seq[static_cast<size_t>(i - 1)] ? run + 1 : 1;
+    longest = std::max(longest, run);
+  }
+  int tokens_per_block = 1;
+  while (tokens_per_block < longest && tokens_per_block < 64) tokens_per_block *= 2;
+  attn_tokens_per_block_ = tokens_per_block;
   FRUGAL_CUDA(cudaMemcpyAsync(buf_.packet, pinned_, static_cast<size_t>(5 * cap) * sizeof(int32_t),
                               cudaMemcpyHostToDevice, stream_));
   FRUGAL_CUDA(cudaMemcpyAsync(kv_.seq_len, lens, static_cast<size_t>(kv_.n_seq) * sizeof(int32_t),
@@ -834,6 +854,7 @@ void CudaBackend::layer(int il, int n) {
   ap.head_dim = hd;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = c.sliding_window;
+  ap.tokens_per_block = attn_tokens_per_block_;
   // Tensor-core kernels where they handle the shape (FRUGAL_CUDA_FLASH=0 keeps the scalar one, for
   // comparison): split-KV for decode-sized batches, tiled flash attention for prefill.
   bool launched = false;
@@ -941,7 +962,8 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
   FRUGAL_RETURN_IF_ERROR(prepare(batch, &n_out));
   const bool graph = opts_.graphs && n <= kGraphMaxTokens;
   trace(2, "step: ", n, " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager");
-  auto it = graphs_.find({n, n_out});
+  const std::tuple<int, int, int> key{n, n_out, attn_tokens_per_block_};
+  auto it = graphs_.find(key);
   if (graph && it != graphs_.end() && it->second != nullptr) {
     FRUGAL_CUDA(cudaGraphLaunch(it->second, stream_));
   } else if (graph && it != graphs_.end()) {
@@ -955,7 +977,7 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
       enqueue(n, n_out);
     }
   } else {
-    if (graph) graphs_.emplace(std::make_pair(n, n_out), nullptr);
+    if (graph) graphs_.emplace(key, nullptr);
     profile_step_begin(stream_);
     enqueue(n, n_out);
   }

@@ -67,8 +67,8 @@ Status quantize_activations_on_device(int op, bool k256, const float* x, const f
                                       float* y, int8_t* q, float* d, int* s);
 // Test hook (flash_attention.cu): uploads a cache (k_half/v_half: F16 bits [n_layer][n_seq][n_head_kv][capacity][head_dim],
 // kpos [n_seq][capacity], seq_len [n_seq]) and queries, runs launch_attention (which 0),
-// launch_attention_flash (1) or launch_attention_split (2, scratch sized from max_keys) on layer
-// `layer`, and downloads out [n][n_head][head_dim]. kNotSupported when the launcher declined.
+// launch_attention_flash (1) or launch_attention_split (2, scratch sized from max_keys), or those
+// two with one query token per block (4: flash, 3: split), on layer `layer`, and downloads out [n][n_head][head_dim]. kNotSupported when the launcher declined.
 Status attention_on_device(int which, const uint16_t* k_half, const uint16_t* v_half, const int32_t* kpos,
                            const int32_t* seq_len, int n_layer, int layer, int n_seq, int n_head_kv, int head_dim,
                            int capacity, const float* q, int n, const int32_t* seq, const int32_t* pos, int n_head,

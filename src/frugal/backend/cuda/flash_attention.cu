@@ -421,7 +421,10 @@ bool fa_supported(const KvDev& kv, const AttnDev& p) {
   return p.n_head / p.n_head_kv <= kRows;
 }
 
-int fa_tokens_per_block(const AttnDev& p) { return kRows / (p.n_head / p.n_head_kv); }
+int fa_tokens_per_block(const AttnDev& p) {
+  const int fill = kRows / (p.n_head / p.n_head_kv);
+  return p.tokens_per_block > 0 && p.tokens_per_block < fill ? p.tokens_per_block : fill;
+}
 
 template <int D>
 bool fa_launch(const FaArgs& a, unsigned z, cudaStream_t s) {
@@ -546,6 +549,11 @@ Status attention_on_device(int which, const uint16_t* k_half, const uint16_t* v_
   p.head_dim = head_dim;
   p.scale = scale;
   p.window = window;
+  // 3 and 4: the split and flash launchers with one token per block (as a batched decode step).
+  if (which == 3 || which == 4) {
+    p.tokens_per_block = 1;
+    which = which == 3 ? 2 : 1;
+  }
   const size_t kv_elems = static_cast<size_t>(n_layer) * n_seq * n_head_kv * capacity * head_dim;
   const size_t pos_elems = static_cast<size_t>(n_seq) * capacity;
   const size_t q_elems = static_cast<size_t>(n) * n_head * head_dim;

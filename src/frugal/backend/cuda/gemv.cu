@@ -28,12 +28,6 @@ __device__ __forceinline__ uint32_t pack_half2(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-__device__ __forceinline__ uint32_t ld_u16_pair(const uint8_t* p) {
-  // 4 bytes from a 2-byte aligned address (Q6_K blocks are 210 bytes).
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-  return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
-}
-
 template <DType T>
 struct Dec;
 
@@ -173,8 +167,8 @@ struct Dec<DType::kQ4_K> {
   }
 };
 
-// Q6_K: unit = (super-block b, half hf, l in [4g, 4g + 4)): 4 bytes of ql low half, 4 of ql high
-// half and 4 of qh give elements 128 hf + 32 k + l for k < 4.
+// Q6_K (padded to kQ6KDeviceBlockBytes at upload): unit = (super-block b, half hf, l in [4g, 4g + 4)):
+// 4 bytes of ql low half, 4 of ql high half and 4 of qh give elements 128 hf + 32 k + l for k < 4.
 template <>
 struct Dec<DType::kQ6_K> {
   static constexpr int kRuns = 4, kLen = 4;
@@ -183,15 +177,17 @@ struct Dec<DType::kQ6_K> {
     const int64_t b = u >> 4;
     const int hf = static_cast<int>((u >> 3) & 1);
     const int g = static_cast<int>(u & 7);
-    const uint8_t* blk = w.data + row * w.row_stride + b * 210;
-    const uint32_t qa = ld_u16_pair(blk + 64 * hf + 4 * g);
-    const uint32_t qb = ld_u16_pair(blk + 64 * hf + 32 + 4 * g);
-    const uint32_t qh = ld_u16_pair(blk + 128 + 32 * hf + 4 * g);
-    const float d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(blk + 208)));
-    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 8 * hf + g / 4;
+    const uint8_t* blk = w.data + row * w.row_stride + b * kQ6KDeviceBlockBytes;
+    const uint32_t qa = __ldg(reinterpret_cast<const uint32_t*>(blk + 64 * hf + 4 * g));
+    const uint32_t qb = __ldg(reinterpret_cast<const uint32_t*>(blk + 64 * hf + 32 + 4 * g));
+    const uint32_t qh = __ldg(reinterpret_cast<const uint32_t*>(blk + 128 + 32 * hf + 4 * g));
+    const uint2 scw = __ldg(reinterpret_cast<const uint2*>(blk + 192 + 8 * hf));  // scales 8 hf .. 8 hf + 7
+    const float d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(blk + 208))));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const float dk = d * static_cast<float>(sc[2 * k]);
+      const int j = g / 4 + 2 * k;  // this run's scale among the eight
+      const uint32_t word = j < 4 ? scw.x : scw.y;
+      const float dk = d * static_cast<float>(static_cast<int8_t>((word >> (8 * (j & 3))) & 0xFFu));
       const uint32_t lw = (k & 1) ? qb : qa;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -347,6 +343,16 @@ __global__ void split_blocks_kernel(const uint8_t* __restrict__ src, int64_t n_b
   const uint8_t* b = src + i * (2 + code_bytes);
   scales[i] = __ushort_as_half(static_cast<unsigned short>(b[0] | (b[1] << 8)));
   for (int k = 0; k < code_bytes; ++k) codes[i * code_bytes + k] = b[2 + k];
+}
+
+// Copies blocks of `from` bytes into blocks of `to` bytes (the rest zero): Q6_K's device layout.
+__global__ void pad_blocks_kernel(const uint8_t* __restrict__ src, int64_t n_blocks, int from, int to,
+                                  uint8_t* __restrict__ dst) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_blocks) return;
+  const uint8_t* b = src + i * from;
+  uint8_t* o = dst + i * to;
+  for (int k = 0; k < to; ++k) o[k] = k < from ? b[k] : 0;
 }
 
 // Rows per warp of the decode GEMV: FRUGAL_GEMV_ROWS=1|2|4 (read once) so that variants can be
@@ -548,6 +554,33 @@ Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, 
     w.scales = reinterpret_cast<const __half*>(mem + codes);
     *alloc = mem;
     *bytes = codes + scales;
+    *dst = w;
+    return ok_status();
+  }
+  if (type == DType::kQ6_K) {
+    // Padded blocks (kQ6KDeviceBlockBytes, common.cuh): every field aligned for vector loads.
+    const int64_t n_blocks = rows * (cols / 256);
+    const size_t padded = static_cast<size_t>(n_blocks) * kQ6KDeviceBlockBytes;
+    uint8_t* raw = nullptr;
+    uint8_t* mem = nullptr;
+    FRUGAL_CUDA(cudaMalloc(&raw, total));
+    Status st = cuda_status(cudaMalloc(&mem, padded), "cudaMalloc");
+    if (st.ok()) st = copy_in_slices(raw, host, total, stream, consumed);
+    if (st.ok() && n_blocks > 0) {
+      const unsigned grid = blocks_1d(n_blocks, 256, "pad_blocks_kernel");
+      pad_blocks_kernel<<<grid, 256, 0, stream>>>(raw, n_blocks, kQ6KBlockBytes, kQ6KDeviceBlockBytes, mem);
+      st = cuda_status(cudaGetLastError(), "pad_blocks_kernel launch");
+      if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "pad_blocks_kernel (cudaStreamSynchronize)");
+    }
+    cudaFree(raw);
+    if (!st.ok()) {
+      cudaFree(mem);
+      return st;
+    }
+    w.data = mem;
+    w.row_stride = (cols / 256) * kQ6KDeviceBlockBytes;
+    *alloc = mem;
+    *bytes = padded;
     *dst = w;
     return ok_status();
   }

@@ -36,11 +36,6 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
 #endif
 }
 
-__device__ __forceinline__ uint32_t ld_u16_pair(const uint8_t* p) {
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-  return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
-}
-
 // ---- activation quantizers (one warp per block; the arithmetic is in gemv_q8.cuh) --------------
 
 __global__ void quantize_act_q8_0_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
@@ -269,9 +264,10 @@ struct Q<DType::kQ4_K> {
     o.x2 = p[2];
     o.x3 = p[3];
     o.d = x.d[static_cast<int64_t>(t) * (x.cols / 256) + (u >> 2)];
-    const int* s = x.s + static_cast<int64_t>(t) * (x.cols / 16) + 4 * u;  // groups of 16 of this chunk
-    o.s0 = s[0] + s[1];
-    o.s1 = s[2] + s[3];
+    // The chunk's four sums of 16 in one 16-byte load (cols is a multiple of 256: aligned).
+    const int4 s = *reinterpret_cast<const int4*>(x.s + static_cast<int64_t>(t) * (x.cols / 16) + 4 * u);
+    o.s0 = s.x + s.y;
+    o.s1 = s.z + s.w;
   }
   __device__ static float dot(const W& w, const A& a) {
     const uint32_t m = 0x0F0F0F0Fu;
@@ -297,9 +293,10 @@ struct Q<DType::kQ4_K> {
   }
 };
 
-// Q6_K (GGUF blocks of 210 bytes per 256: ql[128], qh[64], int8 scales[16], F16 d): unit = (b,
-// half hf, g in 0..3): elements 128 hf + 32 k + 8 g + [0, 8) for k < 4, i.e. four runs of 8 with
-// scales sc[8 hf + 2 k + g/2]. Codes are 6-bit q - 32.
+// Q6_K (GGUF blocks of 210 bytes per 256: ql[128], qh[64], int8 scales[16], F16 d; padded to
+// kQ6KDeviceBlockBytes on the device): unit = (b, half hf, g in 0..3): elements 128 hf + 32 k +
+// 8 g + [0, 8) for k < 4, i.e. four runs of 8 with scales sc[8 hf + 2 k + g/2]. Codes are 6-bit
+// q - 32.
 template <>
 struct Q<DType::kQ6_K> {
   __host__ __device__ static int64_t units(int64_t cols) { return cols / 256 * 8; }
@@ -316,19 +313,24 @@ struct Q<DType::kQ6_K> {
     const int64_t b = u >> 3;
     const int hf = static_cast<int>((u >> 2) & 1);
     const int g = static_cast<int>(u & 3);
-    const uint8_t* blk = w.data + row * w.row_stride + b * 210;
-    const uint8_t* la = blk + 64 * hf + 8 * g;
-    o.la[0] = ld_u16_pair(la);
-    o.la[1] = ld_u16_pair(la + 4);
-    o.lb[0] = ld_u16_pair(la + 32);
-    o.lb[1] = ld_u16_pair(la + 36);
-    const uint8_t* qh = blk + 128 + 32 * hf + 8 * g;
-    o.h[0] = ld_u16_pair(qh);
-    o.h[1] = ld_u16_pair(qh + 4);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 8 * hf + g / 2;
+    const uint8_t* blk = w.data + row * w.row_stride + b * kQ6KDeviceBlockBytes;
+    const uint2 la = __ldg(reinterpret_cast<const uint2*>(blk + 64 * hf + 8 * g));
+    const uint2 lb = __ldg(reinterpret_cast<const uint2*>(blk + 64 * hf + 32 + 8 * g));
+    const uint2 qh = __ldg(reinterpret_cast<const uint2*>(blk + 128 + 32 * hf + 8 * g));
+    const uint2 scw = __ldg(reinterpret_cast<const uint2*>(blk + 192 + 8 * hf));  // scales 8 hf .. 8 hf + 7
+    o.la[0] = la.x;
+    o.la[1] = la.y;
+    o.lb[0] = lb.x;
+    o.lb[1] = lb.y;
+    o.h[0] = qh.x;
+    o.h[1] = qh.y;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) o.sc[k] = sc[2 * k];
-    o.d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(blk + 208)));
+    for (int k = 0; k < 4; ++k) {
+      const int j = g / 2 + 2 * k;
+      const uint32_t word = j < 4 ? scw.x : scw.y;
+      o.sc[k] = static_cast<int8_t>((word >> (8 * (j & 3))) & 0xFFu);
+    }
+    o.d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(blk + 208))));
   }
   __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) {
     const int64_t b = u >> 3;
