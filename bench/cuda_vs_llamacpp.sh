@@ -21,7 +21,8 @@
 #                (F16); peak host RSS of each frugal run.
 #                BENCH_TYPES="F16" limits the types, BENCH_LONG=0 skips the 64-sequence and 32k rows,
 #                BENCH_VARIANTS=0 the decode variants (rows per warp, split rows, PDL off, float GEMV,
-#                scalar attention). pp512 and the greedy tg128 (`--greedy`: tokens picked on the
+#                scalar attention), BENCH_PROFILE=1 adds a batch-1 decode profile per type
+#                (FRUGAL_CUDA_PROFILE=1). pp512 and the greedy tg128 (`--greedy`: tokens picked on the
 #                device) come from one frugal process per type, the plain tg128 from another.
 # Every step's output lands in $OUT (or ./cudabench-out) as one archive, cudabench.tgz, with
 # steps.tsv (status and seconds per step) and the log.
@@ -165,6 +166,11 @@ for ty in $TYPES; do
     [ "$ty" = F16 ] || fb "$ty-tg128-float-gemv" FRUGAL_GEMV_Q8=0 -- -m "$M" -p 0 -n 128 -r 3
   fi
   lb "$ty" -m "$M" -p 512 -n 128 -r 3
+  if [ "${BENCH_PROFILE:-0}" = 1 ]; then
+    # Where a batch-1 decode step's GPU time goes (eager steps, an event after each kernel).
+    step "$ty-tg-profile" 120 env FRUGAL_CUDA_PROFILE=1 "$F" bench --device cuda -m "$M" -p 0 -n 16 -r 1
+    tail -n 30 "$WORK/$ty-tg-profile.err"
+  fi
   [ "$ty" = F16 ] || rm -f "$M"
 done
 M=$TMP/llama8b-F16.gguf
