@@ -21,7 +21,8 @@
 #                (F16); peak host RSS of each frugal run.
 #                BENCH_TYPES="F16" limits the types, BENCH_LONG=0 skips the 64-sequence and 32k rows,
 #                BENCH_VARIANTS=0 the decode variants (rows per warp, split rows, PDL off, float GEMV,
-#                scalar attention), BENCH_PROFILE=1 adds a batch-1 decode profile per type
+#                scalar attention), BENCH_NORM_AB=1 a tg128 with the looped RMSNorm kernels
+#                (FRUGAL_CUDA_NORM_LOOP=1), BENCH_PROFILE=1 adds a batch-1 decode profile per type
 #                (FRUGAL_CUDA_PROFILE=1). pp512 and the greedy tg128 (`--greedy`: tokens picked on the
 #                device) come from one frugal process per type, the plain tg128 from another.
 # Every step's output lands in $OUT (or ./cudabench-out) as one archive, cudabench.tgz, with
@@ -157,6 +158,8 @@ for ty in $TYPES; do
   fb "$ty-tg128" FRUGAL_CUDA_PDL=1 -- -m "$M" -p 0 -n 128 -r 3
   # Greedy generation: each step's tokens picked on the device and fed to the next (no logits copied).
   fb "$ty-pp512-tg128-greedy" FRUGAL_CUDA_PDL=1 -- -m "$M" -p 512 -n 128 -r 3 --greedy
+  # The RMSNorm kernels in their looped form, the baseline of their register form (same run).
+  [ "${BENCH_NORM_AB:-0}" = 1 ] && fb "$ty-tg128-norm-loop" FRUGAL_CUDA_NORM_LOOP=1 -- -m "$M" -p 0 -n 128 -r 3
   if [ "${BENCH_VARIANTS:-1}" = 1 ]; then
     fb "$ty-tg128-rows2" FRUGAL_GEMV_ROWS=2 FRUGAL_GEMV_Q8_ROWS=2 -- -m "$M" -p 0 -n 128 -r 3
     fb "$ty-tg128-split1" FRUGAL_GEMV_SPLIT=1 -- -m "$M" -p 0 -n 128 -r 3

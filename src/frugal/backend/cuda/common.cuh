@@ -81,6 +81,9 @@ bool sync_each_launch();
 //   prints, when the backend is destroyed, each kernel's share of the GPU time per step, its mean
 //   time and, for weight products, the bandwidth of the weight bytes it read.
 bool profiling();
+// - FRUGAL_CUDA_NORM_LOOP=1 runs the RMSNorm kernels in their looped form (one memory round trip
+//   per loop iteration) instead of the register form: the baseline of the same run's comparison.
+bool norm_in_registers();
 void profile_mark(const std::string& name, uint64_t bytes, cudaStream_t s);  // after a launch
 void profile_step_begin(cudaStream_t s);
 // The name and bytes read that the next launch's mark carries (weight products name their shape).

@@ -33,28 +33,54 @@ __device__ __forceinline__ float round_to(float v, int mode) {
   return mode == 1 ? __half2float(__float2half_rn(v)) : (mode == 2 ? __bfloat162float(__float2bfloat16_rn(v)) : v);
 }
 
-__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int dim, float eps,
-                                float* __restrict__ y, const int32_t* __restrict__ row_ids, int round) {
+// kPer > 0: dim is exactly kPer x blockDim.x and each thread keeps its elements (t, t + bd, ...) in
+// registers, the weights loaded before waiting for the previous kernel and the row in one burst:
+// about one memory round trip per call instead of one per loop iteration. kPer = 0 loops (any
+// dim). Both add the same elements in the same order. In place (y == x, the Q/K norms) is fine:
+// every thread reads its elements before writing them.
+template <int kPer>
+__global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, int dim, float eps, float* y,
+                                const int32_t* __restrict__ row_ids, int round) {
+  const int bd = static_cast<int>(blockDim.x);
+  const int t = static_cast<int>(threadIdx.x);
+  float wv[kPer > 0 ? kPer : 1];
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) wv[k] = w[t + k * bd];
+  }
   pdl_wait();
   pdl_trigger();
   const int64_t out_row = blockIdx.x;
   const int64_t in_row = row_ids != nullptr ? row_ids[out_row] : out_row;
   const float* xr = x + in_row * dim;
   float ss = 0.f;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  float xv[kPer > 0 ? kPer : 1];
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) xv[k] = xr[t + k * bd];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) ss += xv[k] * xv[k];
+  } else {
+    for (int i = t; i < dim; i += bd) ss += xr[i] * xr[i];
+  }
   __shared__ float part[32];
   ss = warp_sum(ss);
-  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = ss;
+  if (t % kWarp == 0) part[t / kWarp] = ss;
   __syncthreads();
-  if (threadIdx.x < kWarp) {
-    float v = threadIdx.x < blockDim.x / kWarp ? part[threadIdx.x] : 0.f;
+  if (t < kWarp) {
+    float v = t < bd / kWarp ? part[t] : 0.f;
     v = warp_sum(v);
-    if (threadIdx.x == 0) part[0] = v;
+    if (t == 0) part[0] = v;
   }
   __syncthreads();
   const float scale = rsqrtf(part[0] / static_cast<float>(dim) + eps);
   float* yr = y + out_row * dim;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = round_to(xr[i] * scale * w[i], round);
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) yr[t + k * bd] = round_to(xv[k] * scale * wv[k], round);
+  } else {
+    for (int i = t; i < dim; i += bd) yr[i] = round_to(xr[i] * scale * w[i], round);
+  }
 }
 
 __global__ void to_half_kernel(const float* __restrict__ x, int64_t n, __half* __restrict__ y) {
@@ -350,6 +376,11 @@ void set_phase_text(const std::string& phase) {
 }
 const char* phase_text() { return g_phase; }
 
+bool norm_in_registers() {
+  static const bool on = env_int("FRUGAL_CUDA_NORM_LOOP") == 0;
+  return on;
+}
+
 bool profiling() {
   static const bool on = env_int("FRUGAL_CUDA_PROFILE") != 0;
   return on;
@@ -496,7 +527,20 @@ void launch_rms_norm(const float* x, const float* w, int64_t rows, int dim, floa
   const int threads = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 64);
   const unsigned grid = blocks_1d(rows, 1, "rms_norm_kernel");
   if (grid == 0) return;
-  launch_kernel("rms_norm_kernel", rms_norm_kernel, dim3(grid), dim3(threads), 0, s, x, w, dim, eps, y, row_ids, round);
+  const auto go = [&](auto kernel) {
+    launch_kernel("rms_norm_kernel", kernel, dim3(grid), dim3(threads), 0, s, x, w, dim, eps, y, row_ids, round);
+  };
+  switch (norm_in_registers() && dim % threads == 0 ? dim / threads : 0) {
+    case 1: go(rms_norm_kernel<1>); break;
+    case 2: go(rms_norm_kernel<2>); break;
+    case 3: go(rms_norm_kernel<3>); break;
+    case 4: go(rms_norm_kernel<4>); break;
+    case 5: go(rms_norm_kernel<5>); break;
+    case 6: go(rms_norm_kernel<6>); break;
+    case 7: go(rms_norm_kernel<7>); break;
+    case 8: go(rms_norm_kernel<8>); break;
+    default: go(rms_norm_kernel<0>); break;
+  }
 }
 void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s) {
   const unsigned grid = blocks_for(n, 256, "to_half_kernel");
