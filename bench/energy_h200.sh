@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # The energy-scaling study on one GPU: decode J/token against context length (1k..64k) and against
 # batch size (1..64) for MHA, GQA and GQA+SWA shapes of one model size, repeated runs, and frugal
-# against llama.cpp with both measured by NVML. Not yet run to the end (a first run on 2026-12-04
-# archived its model files after every step, fixed below): docs/energy.md says what to do with the
-# results.
+# against llama.cpp with both measured by NVML. Results of the H200 run and what they say:
+# docs/energy.md ("The GPU study").
 #
-# Prepare here:  cmake -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C build-cuda
-#                BUILD=build-cuda bench/cuda_h200.sh --pack      (frugal and its libraries -> .cudabench/)
+# Prepare here:  cmake --preset release -DFRUGAL_CUDA=ON && cmake --build build
+#                BUILD=build bench/cuda_h200.sh --pack      (frugal and its libraries -> .cudabench/)
 # Run there:     [LLAMACPP_BIN=DIR] [REPS=5] bash bench/energy_h200.sh [SECONDS]   (from the repository
 #                root with .cudabench carried; default budget 570 s; later steps are skipped when
 #                the time left is too short, so a second call with STUDY=batch runs the rest)
