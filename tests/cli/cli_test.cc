@@ -151,5 +151,15 @@ TEST_F(CliBadInput, InvalidSamplingParameter) {
   expect_clean_failure(run_frugal("run -m " + *good_ + " -p hi --top-p 3"), "top_p");
 }
 
+// H-Scale's switches only make sense for NVFP4 tensors; no output file is made.
+TEST_F(CliBadInput, Nvfp4ScaleWithAnotherType) {
+  const std::string out = (*dir_ / "hscale_q4.gguf").string();
+  expect_clean_failure(run_frugal("quantize " + *good_ + " " + out + " Q4_0 --nvfp4-scale hscale"),
+                       "--nvfp4-scale and --hscale-radius choose NVFP4 block scales, but type Q4_0 has no NVFP4 tensors");
+  expect_clean_failure(run_frugal("quantize " + *good_ + " " + out + " NVFP4 --hscale-radius 4"),
+                       "--hscale-radius needs --nvfp4-scale hscale");
+  EXPECT_FALSE(fs::exists(out));
+}
+
 }  // namespace
 }  // namespace frugal
