@@ -13,7 +13,7 @@ namespace frugal::cli {
 namespace {
 
 struct PerplexityArgs {
-  std::string model, file, kl_base;
+  std::string model, file, kl_base, kl_values;
   int n_ctx = 512;
   bool kl = false;
   EngineFlags engine;
@@ -30,6 +30,7 @@ int perplexity_cmd(const PerplexityArgs& a) {
   auto path = resolve_model_path(model);
   if (!path.ok()) return fail(cmd, path.status().message());
   if (a.kl && a.kl_base.empty()) return fail(cmd, "--kl-divergence needs --kl-divergence-base FILE (the saved base)");
+  if (!a.kl_values.empty() && !a.kl) return fail(cmd, "--kl-values needs --kl-divergence");
   if (file.empty() && !a.kl) return fail(cmd, "pass the text with -f FILE");
   if (a.kl) {
     auto lm0 = load_model(*path, true);
@@ -41,6 +42,14 @@ int perplexity_cmd(const PerplexityArgs& a) {
     auto r = eval::kl_divergence(*lm0->model, *be, a.kl_base, engine_opts.kv_dtype, bos);
     if (!r.ok()) return fail(cmd, r.status().message());
     std::printf("%s", eval::kl_report(*r).c_str());
+    if (!a.kl_values.empty()) {
+      // One value per scored position, window after window: two models scored against the same
+      // base pair up line by line, for intervals on their difference.
+      std::FILE* f = std::fopen(a.kl_values.c_str(), "w");
+      if (f == nullptr) return fail(cmd, a.kl_values + ": cannot create");
+      for (float v : r->kld_values) std::fprintf(f, "%.9g\n", static_cast<double>(v));
+      if (std::fclose(f) != 0) return fail(cmd, a.kl_values + ": write failed");
+    }
     return 0;
   }
   auto text = read_prompt("", file);
@@ -72,6 +81,8 @@ RunFn setup(CLI::App& app) {
   app.add_option("--kl-divergence-base", a->kl_base,
                  "save the log-probabilities to FILE (llama-perplexity's format); with --kl-divergence, read them");
   app.add_flag("--kl-divergence", a->kl, "score the model against --kl-divergence-base FILE: KLD, Δp, same top");
+  app.add_option("--kl-values", a->kl_values,
+                 "with --kl-divergence: write each scored position's KLD to FILE, one per line, in order");
   add_engine_flags(app, a->engine, {}, {"--threads", "--kv-type"});
   return [a]() { return perplexity_cmd(*a); };
 }

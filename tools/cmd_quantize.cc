@@ -2,6 +2,7 @@
 // (quantize/model_quantizer.h). A bar on a terminal, one summary line otherwise.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -14,6 +15,10 @@ namespace {
 
 struct QuantizeArgs {
   std::string input, output, type, imatrix, output_type, token_type;
+  std::string nvfp4_scale = "rtn";
+  int hscale_radius = quant::kHScaleDefaultRadius;
+  bool nvfp4_flags_given = false;   // --nvfp4-scale or --hscale-radius on the command line
+  bool hscale_radius_given = false;
   std::vector<std::string> tensor_types;
   bool pure = false;
   bool allow_requantize = false;
@@ -74,6 +79,17 @@ int quantize_cmd(const QuantizeArgs& a) {
     if (!t.ok()) return fail(cmd, t.status().message());
     o.tensor_types.push_back({rule.substr(0, eq), *t});
   }
+  if (a.nvfp4_flags_given) {
+    const bool nvfp4_rule =
+        std::any_of(o.tensor_types.begin(), o.tensor_types.end(), [](const auto& r) { return r.type == DType::kNVFP4; });
+    if (target->file_type != quantize::FileType::kNVFP4 && !nvfp4_rule) {
+      return fail(cmd, "--nvfp4-scale and --hscale-radius choose NVFP4 block scales, but type " + a.type +
+                           " has no NVFP4 tensors (use type NVFP4, or --tensor-type PATTERN=nvfp4)");
+    }
+  }
+  if (a.hscale_radius_given && a.nvfp4_scale != "hscale") return fail(cmd, "--hscale-radius needs --nvfp4-scale hscale");
+  o.nvfp4_scale = a.nvfp4_scale == "hscale" ? quantize::Nvfp4Scale::kHScale : quantize::Nvfp4Scale::kRtn;
+  o.hscale_radius = a.hscale_radius;
   std::unique_ptr<quantize::Imatrix> imatrix;
   if (!a.imatrix.empty()) {
     auto m = quantize::read_imatrix(a.imatrix);
@@ -81,6 +97,9 @@ int quantize_cmd(const QuantizeArgs& a) {
     imatrix = std::make_unique<quantize::Imatrix>(std::move(*m));
     o.imatrix = imatrix.get();
     o.imatrix_path = a.imatrix;
+  }
+  if (o.nvfp4_scale == quantize::Nvfp4Scale::kHScale && !imatrix) {
+    std::fprintf(stderr, "frugal quantize: H-Scale without --imatrix: every column weighs 1 (plain squared error)\n");
   }
   if (isatty(STDERR_FILENO)) o.on_tensor = draw_bar;
   auto r = quantize::quantize_model(o);
@@ -111,10 +130,24 @@ RunFn setup(CLI::App& app) {
                  "PATTERN=TYPE: tensors whose name matches the regular expression get TYPE (repeatable, first wins)");
   app.add_option("--output-tensor-type", a->output_type, "type of output.weight");
   app.add_option("--token-embedding-type", a->token_type, "type of token_embd.weight");
+  auto* scale_opt =
+      app.add_option("--nvfp4-scale", a->nvfp4_scale,
+                     "NVFP4 per-16 scales: rtn (amax/6 rounded, the default) or hscale (the E4M3 code within "
+                     "--hscale-radius of RTN's that minimises the imatrix-weighted squared error; without --imatrix "
+                     "plain squared error); same layout, no inference cost")
+          ->check(CLI::IsMember({"rtn", "hscale"}));
+  auto* radius_opt = app.add_option("--hscale-radius", a->hscale_radius,
+                                    "H-Scale candidates: RTN's code and this many E4M3 codes on each side (default 8; "
+                                    "125 tries all 126 valid codes)")
+                         ->check(CLI::Range(0, quant::kHScaleMaxRadius));
   app.add_flag("--allow-requantize", a->allow_requantize, "accept already-quantized input tensors");
   app.add_option("-t,--threads", a->threads, "threads (0: all cores)");
   app.add_flag("--list", a->list, "list the types and mixes");
-  return [a]() { return quantize_cmd(*a); };
+  return [a, scale_opt, radius_opt]() {
+    a->hscale_radius_given = radius_opt->count() > 0;
+    a->nvfp4_flags_given = scale_opt->count() > 0 || a->hscale_radius_given;
+    return quantize_cmd(*a);
+  };
 }
 
 }  // namespace

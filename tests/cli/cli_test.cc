@@ -151,5 +151,42 @@ TEST_F(CliBadInput, InvalidSamplingParameter) {
   expect_clean_failure(run_frugal("run -m " + *good_ + " -p hi --top-p 3"), "top_p");
 }
 
+// --kl-values writes one KLD per scored position; their mean is the report's mean KLD.
+TEST_F(CliBadInput, KlValuesAreThePerPositionKld) {
+  const std::string text = (*dir_ / "ppl.txt").string(), base = (*dir_ / "base.kld").string();
+  const std::string values = (*dir_ / "kld.txt").string();
+  std::ofstream(text) << "the quick brown fox jumps over the lazy dog and the cat sat on the mat while it rained. "
+                         "one two three four five six seven eight nine ten eleven twelve thirteen fourteen.";
+  ASSERT_EQ(run_frugal("perplexity -m " + *good_ + " -f " + text + " -c 16 --kl-divergence-base " + base).exit_code, 0);
+  // Scored: the model in Q4_0, so the divergences are far from zero.
+  const std::string q4 = (*dir_ / "klv_q4.gguf").string();
+  ASSERT_EQ(run_frugal("quantize " + *good_ + " " + q4 + " Q4_0 --pure").exit_code, 0);
+  const CmdResult r = run_frugal("perplexity -m " + q4 + " --kl-divergence-base " + base +
+                                 " --kl-divergence --kl-values " + values);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(values);
+  double sum = 0;
+  int n = 0;
+  for (double v; in >> v; ++n) sum += v;
+  ASSERT_GT(n, 0);
+  const size_t at = r.out.find("Mean    KLD:");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double mean = std::stod(r.out.substr(at + 12));
+  EXPECT_GT(mean, 1e-4) << r.out;
+  EXPECT_NEAR(sum / n, mean, 1e-6 + 1e-4 * mean) << r.out;
+  expect_clean_failure(run_frugal("perplexity -m " + *good_ + " -f " + text + " --kl-values " + values),
+                       "--kl-values needs --kl-divergence");
+}
+
+// H-Scale's switches only make sense for NVFP4 tensors; no output file is made.
+TEST_F(CliBadInput, Nvfp4ScaleWithAnotherType) {
+  const std::string out = (*dir_ / "hscale_q4.gguf").string();
+  expect_clean_failure(run_frugal("quantize " + *good_ + " " + out + " Q4_0 --nvfp4-scale hscale"),
+                       "--nvfp4-scale and --hscale-radius choose NVFP4 block scales, but type Q4_0 has no NVFP4 tensors");
+  expect_clean_failure(run_frugal("quantize " + *good_ + " " + out + " NVFP4 --hscale-radius 4"),
+                       "--hscale-radius needs --nvfp4-scale hscale");
+  EXPECT_FALSE(fs::exists(out));
+}
+
 }  // namespace
 }  // namespace frugal

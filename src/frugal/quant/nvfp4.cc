@@ -24,21 +24,27 @@ constexpr float kE4M3Max = 448.f;
 void quantize_block(const float* x, float g, BlockNVFP4* y) {
   for (int s = 0; s < kSubBlocks; ++s) {
     const float* xs = x + s * kQK_NVFP4_SUB;
-    float amax = 0.f;
-    for (int j = 0; j < kQK_NVFP4_SUB; ++j) amax = std::max(amax, std::fabs(xs[j]));
-    const uint8_t d = amax == 0.f ? uint8_t{0x38} : ue4m3_from_f32_clamped(amax / (kE2M1Max * g));  // 0x38: 1.0
-    y->d[s] = d;
-    const float div = ue4m3_to_f32(d) * g;
-    uint8_t* qs = y->qs + s * (kQK_NVFP4_SUB / 2);
-    for (int j = 0; j < kQK_NVFP4_SUB / 2; ++j) {
-      const uint8_t lo = e2m1_round_even(xs[j] / div);
-      const uint8_t hi = e2m1_round_even(xs[j + kQK_NVFP4_SUB / 2] / div);
-      qs[j] = static_cast<uint8_t>(lo | (hi << 4));
-    }
+    y->d[s] = nvfp4_rtn_scale_code(xs, g);
+    nvfp4_encode_subblock(xs, y->d[s], g, y->qs + s * (kQK_NVFP4_SUB / 2));
   }
 }
 
 }  // namespace
+
+uint8_t nvfp4_rtn_scale_code(const float* x, float global_scale) {
+  float amax = 0.f;
+  for (int j = 0; j < kQK_NVFP4_SUB; ++j) amax = std::max(amax, std::fabs(x[j]));
+  return amax == 0.f ? uint8_t{0x38} : ue4m3_from_f32_clamped(amax / (kE2M1Max * global_scale));  // 0x38: 1.0
+}
+
+void nvfp4_encode_subblock(const float* x, uint8_t scale_code, float global_scale, uint8_t* qs) {
+  const float div = ue4m3_to_f32(scale_code) * global_scale;
+  for (int j = 0; j < kQK_NVFP4_SUB / 2; ++j) {
+    const uint8_t lo = e2m1_round_even(x[j] / div);
+    const uint8_t hi = e2m1_round_even(x[j + kQK_NVFP4_SUB / 2] / div);
+    qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
 
 float nvfp4_global_scale(float amax) {
   const float g = amax / (kE2M1Max * kE4M3Max);

@@ -82,5 +82,10 @@ float nvfp4_global_scale(float amax);
 // Rows quantized as ModelOpt does for a tensor whose global scale is `global_scale`; dequantized
 // values are the to_float values times global_scale.
 void quantize_rows_nvfp4_scaled(const float* src, void* dst, int64_t nrows, int64_t n_per_row, float global_scale);
+// The two steps of one 16-element sub-block, shared with the scale search of nvfp4_hscale.h:
+// RTN's UE4M3 scale code (amax / (6 * g), 1.0 for an all-zero sub-block), and the eight code
+// bytes of the sub-block at a given scale code (element j low nibble, j + 8 high).
+uint8_t nvfp4_rtn_scale_code(const float* x, float global_scale);
+void nvfp4_encode_subblock(const float* x, uint8_t scale_code, float global_scale, uint8_t* qs);
 
 }  // namespace frugal::quant

@@ -169,6 +169,20 @@ Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeO
     p.out_bytes = static_cast<uint64_t>(row_bytes(p.to, t->dims[0]) * rows_of(*t));
     plan.push_back(p);
   }
+  if (opts.nvfp4_scale == Nvfp4Scale::kHScale) {
+    if (opts.hscale_radius < 0 || opts.hscale_radius > quant::kHScaleMaxRadius) {
+      return error(ErrorCode::kInvalidArgument, "H-Scale radius {}: expected 0..{} E4M3 codes", opts.hscale_radius,
+                   quant::kHScaleMaxRadius);
+    }
+    const bool any_nvfp4 =
+        std::any_of(plan.begin(), plan.end(), [](const TensorPlan& p) { return p.quantize && p.to == DType::kNVFP4; });
+    if (!any_nvfp4) {
+      return error(ErrorCode::kInvalidArgument,
+                   "H-Scale chooses NVFP4 block scales, but type {} quantizes no tensor to NVFP4 (use type NVFP4 or "
+                   "--tensor-type PATTERN=nvfp4)",
+                   opts.target.name);
+    }
+  }
   FRUGAL_ASSIGN_OR_RETURN(plan, plan_global_scales(in, std::move(plan)));
   report->n_tensors = static_cast<int>(plan.size());
   return plan;
@@ -196,6 +210,13 @@ GgufWriter make_header(const GgufFile& in, const QuantizeOptions& opts, const st
     if (!opts.imatrix->dataset.empty()) put_string("quantize.imatrix.dataset", opts.imatrix->dataset);
     put_i32("quantize.imatrix.entries_count", static_cast<int32_t>(opts.imatrix->entries.size()));
     if (opts.imatrix->chunks > 0) put_i32("quantize.imatrix.chunks_count", opts.imatrix->chunks);
+  }
+  // An input written with H-Scale does not make its output so.
+  for (const char* k : {"quantize.nvfp4.scale", "quantize.nvfp4.hscale_radius"}) w.remove(k);
+  if (opts.nvfp4_scale == Nvfp4Scale::kHScale) {
+    // Provenance only (readers ignore it): RTN files keep the keys they always had.
+    w.set_string("quantize.nvfp4.scale", "hscale");
+    w.set_i32("quantize.nvfp4.hscale_radius", opts.hscale_radius);
   }
   for (const TensorPlan& p : plan) {
     // Validated already by the reader (dims, block multiples); cannot fail here.
@@ -264,7 +285,9 @@ Status convert_tensor(const TensorPlan& p, ThreadPool& pool, std::vector<uint8_t
       int64_t nr = 0;
       chunk_floats(c, f, &r0, &nr);
       uint8_t* dst = out.data() + static_cast<size_t>(r0) * out_row;
-      if (p.to == DType::kNVFP4) {
+      if (p.to == DType::kNVFP4 && opts.nvfp4_scale == Nvfp4Scale::kHScale) {
+        quant::quantize_rows_nvfp4_hscale(f.data(), dst, nr, cols, g, imp, opts.hscale_radius);
+      } else if (p.to == DType::kNVFP4) {
         quant::quantize_rows_nvfp4_scaled(f.data(), dst, nr, cols, g);
       } else {
         to->quantize_rows(f.data(), dst, nr, cols, imp);

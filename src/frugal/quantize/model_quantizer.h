@@ -17,6 +17,7 @@
 
 #include "frugal/core/dtype.h"
 #include "frugal/core/status.h"
+#include "frugal/quant/nvfp4_hscale.h"
 #include "frugal/quantize/imatrix_file.h"
 #include "frugal/quantize/mix_rules.h"
 #include "frugal/quantize/target.h"
@@ -42,6 +43,12 @@ struct TensorProgress {
   uint64_t bytes_out = 0;
 };
 
+// How NVFP4 tensors get their per-16 UE4M3 scales.
+enum class Nvfp4Scale {
+  kRtn,     // amax / 6 rounded to E4M3 (NVIDIA Model-Optimizer's rule)
+  kHScale,  // H-Scale's search (quant/nvfp4_hscale.h), weighted by the imatrix where it has the tensor
+};
+
 struct QuantizeOptions {
   std::string input;
   std::string output;
@@ -51,6 +58,8 @@ struct QuantizeOptions {
   std::string imatrix_path;               // recorded in the output's metadata
   std::vector<TensorTypeRule> tensor_types;
   bool allow_requantize = false;          // accept quantized input tensors (dequantized first)
+  Nvfp4Scale nvfp4_scale = Nvfp4Scale::kRtn;  // kHScale needs at least one NVFP4 tensor in the plan
+  int hscale_radius = quant::kHScaleDefaultRadius;  // candidates on each side of RTN's code, 0..kHScaleMaxRadius
   int n_threads = 0;                      // 0: one per CPU
   std::function<void(const TensorProgress&)> on_tensor;  // after each tensor is written
   const std::atomic<bool>* cancel = nullptr;            // set: stop, remove the partial output
