@@ -161,10 +161,11 @@ bool has_int8_gemv(DType t) {
 TEST(CudaKernels, MatmulMatchesReferencePerType) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(test_seed());
-  // Odd row counts (partial blocks of rows); 4096 columns also give the float GEMV's split rows
-  // (two or four warps per row, their sums combined in shared memory; FRUGAL_GEMV_SPLIT=2 or 4
-  // forces them on the 8-bit GEMV too).
-  for (int64_t cols : {512, 4096})
+  // Odd row counts (partial blocks of rows); 4096 columns also give the split rows (two or four
+  // warps per row, their sums combined in shared memory: the float GEMV and the K-quants' runs of
+  // 16; FRUGAL_GEMV_SPLIT=2 or 4 forces them on every 8-bit GEMV); 768 columns (three K-quant
+  // super-blocks, 48 runs of 16) leave half a warp idle in a row's last iteration.
+  for (int64_t cols : {512, 768, 4096})
   for (DType type : kTypes) {
     const int64_t rows = 37;
     // Weights and inputs are drawn for every type, selected or not, so a selected type sees the
@@ -220,7 +221,9 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
 TEST(CudaKernels, ActivationQuantizationMatchesCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(test_seed());
-  const int rows = 3, dim = 1024;
+  const int rows = 3;
+  // 4096 wide: the rms_norm's Q8_K form with 512 threads of 8 elements (1024: 128 threads).
+  for (int dim : {1024, 4096})
   for (int op = 0; op < 3; ++op) {
     for (bool k256 : {false, true}) {
       std::normal_distribution<float> nd(0.f, 1.f);
@@ -249,7 +252,7 @@ TEST(CudaKernels, ActivationQuantizationMatchesCpu) {
           worst = std::max(worst, std::fabs(y[i] - want) / (std::fabs(want) + 1e-6));
         }
       }
-      EXPECT_LT(worst, 1e-5) << "op " << op << (k256 ? " Q8_K" : " Q8_0") << ": values";
+      EXPECT_LT(worst, 1e-5) << "dim " << dim << " op " << op << (k256 ? " Q8_K" : " Q8_0") << ": values";
       // The bytes against the CPU quantizer of the same values.
       int bad = 0;
       for (int r = 0; r < rows; ++r) {
@@ -275,7 +278,7 @@ TEST(CudaKernels, ActivationQuantizationMatchesCpu) {
           }
         }
       }
-      EXPECT_EQ(bad, 0) << "op " << op << (k256 ? " Q8_K" : " Q8_0") << ": bytes differing from the CPU quantizer";
+      EXPECT_EQ(bad, 0) << "dim " << dim << " op " << op << (k256 ? " Q8_K" : " Q8_0") << ": bytes differing from the CPU quantizer";
       std::printf("activations op %d %s: max rel err of values %.2e, %d bytes differ\n", op, k256 ? "Q8_K" : "Q8_0",
                   worst, bad);
     }
