@@ -22,8 +22,7 @@
 #                BENCH_TYPES="F16" limits the types, BENCH_LONG=0 skips the 64-sequence and 32k rows,
 #                BENCH_VARIANTS=0 the decode variants (rows per warp, split rows, PDL off, float GEMV,
 #                scalar attention), BENCH_NORM_AB=1 a tg128 with the looped RMSNorm kernels
-#                (FRUGAL_CUDA_NORM_LOOP=1), BENCH_KQ_AB=1 the K-quant GEMV variants on Q4_K_M
-#                (wide units, no split, unroll 4, two rows per warp), BENCH_PROFILE=1 adds a batch-1 decode profile per type
+#                (FRUGAL_CUDA_NORM_LOOP=1), BENCH_PROFILE=1 adds a batch-1 decode profile per type
 #                (FRUGAL_CUDA_PROFILE=1). pp512 and the greedy tg128 (`--greedy`: tokens picked on the
 #                device) come from one frugal process per type, the plain tg128 from another.
 # Every step's output lands in $OUT (or ./cudabench-out) as one archive, cudabench.tgz, with
@@ -161,16 +160,6 @@ for ty in $TYPES; do
   fb "$ty-pp512-tg128-greedy" FRUGAL_CUDA_PDL=1 -- -m "$M" -p 512 -n 128 -r 3 --greedy
   # The RMSNorm kernels in their looped form, the baseline of their register form (same run).
   [ "${BENCH_NORM_AB:-0}" = 1 ] && fb "$ty-tg128-norm-loop" FRUGAL_CUDA_NORM_LOOP=1 -- -m "$M" -p 0 -n 128 -r 3
-  # The K-quant GEMV in its wide units (64 / 32 elements a lane), without split rows, with four
-  # iterations in flight, two rows per warp: the baselines of the runs of 16 (same run).
-  if [ "${BENCH_KQ_AB:-0}" = 1 ] && [ "$ty" = Q4_K_M ]; then
-    fb "$ty-tg128-kq-wide" FRUGAL_GEMV_KQ_WIDE=1 -- -m "$M" -p 0 -n 128 -r 3
-    fb "$ty-tg128-kq-split1" FRUGAL_GEMV_SPLIT=1 -- -m "$M" -p 0 -n 128 -r 3
-    fb "$ty-tg128-kq-unroll4" FRUGAL_GEMV_KQ_UNROLL=4 -- -m "$M" -p 0 -n 128 -r 3
-    fb "$ty-tg128-kq-rows2" FRUGAL_GEMV_Q8_ROWS=2 -- -m "$M" -p 0 -n 128 -r 3
-    [ "${BENCH_PROFILE:-0}" = 1 ] && step "$ty-tg-profile-kq-wide" 120 env FRUGAL_CUDA_PROFILE=1 FRUGAL_GEMV_KQ_WIDE=1 \
-      "$F" bench --device cuda -m "$M" -p 0 -n 16 -r 1
-  fi
   if [ "${BENCH_VARIANTS:-1}" = 1 ]; then
     fb "$ty-tg128-rows2" FRUGAL_GEMV_ROWS=2 FRUGAL_GEMV_Q8_ROWS=2 -- -m "$M" -p 0 -n 128 -r 3
     fb "$ty-tg128-split1" FRUGAL_GEMV_SPLIT=1 -- -m "$M" -p 0 -n 128 -r 3

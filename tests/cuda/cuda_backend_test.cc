@@ -161,10 +161,10 @@ bool has_int8_gemv(DType t) {
 TEST(CudaKernels, MatmulMatchesReferencePerType) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(test_seed());
-  // Odd row counts (partial blocks of rows); 4096 columns also give the split rows (two or four
-  // warps per row, their sums combined in shared memory: the float GEMV and the K-quants' runs of
-  // 16; FRUGAL_GEMV_SPLIT=2 or 4 forces them on every 8-bit GEMV); 768 columns (three K-quant
-  // super-blocks, 48 runs of 16) leave half a warp idle in a row's last iteration.
+  // Odd row counts (partial blocks of rows); 4096 columns also give the float GEMV's split rows
+  // (two or four warps per row, their sums combined in shared memory; FRUGAL_GEMV_SPLIT=2 or 4
+  // forces them on the 8-bit GEMV too); 768 columns (three K-quant super-blocks) leave most lanes
+  // of a warp without a unit.
   for (int64_t cols : {512, 768, 4096})
   for (DType type : kTypes) {
     const int64_t rows = 37;

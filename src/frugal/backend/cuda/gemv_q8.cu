@@ -435,138 +435,12 @@ struct Q<DType::kQ6_K> {
   }
 };
 
-// ---- K-quants in runs of 16 (the default for Q4_K and Q6_K) -----------------------------------
-// A unit is 16 consecutive elements, so the 32 lanes of a warp read 512 consecutive activation
-// bytes per 16-byte load and the 32 code runs of two whole super-blocks. The wide units above (64
-// and 32 elements a lane) have each lane load 64 activation bytes in four 16-byte pieces 64 bytes
-// apart, so every such load instruction touched 16 cache lines for 512 bytes: the L1 wavefronts,
-// not DRAM, set the pace (Q4_K 28672 x 4096 read 2.3 TB/s where Q8_0, whose lanes are contiguous,
-// read 3.7). FRUGAL_GEMV_KQ_WIDE=1 keeps the wide units as the same-run baseline.
-// The integer sums are the same exact partial sums, grouped by 16 instead of 32 or 64, so the
-// product differs from the wide units' only in the order of float additions.
-
-template <DType T>
-struct Q16;
-
-// Q4_K: unit u = elements 16 (u % 16) .. + 15 of super-block u / 16. They lie in 64-element chunk
-// c, in the low nibbles of its code bytes (sub-block 2c) for the chunk's first 32 elements, else
-// in the high nibbles (sub-block 2c + 1): dot = d sc sum(q x) - dmin m sum(x), sum(x) being the
-// activations' sum of 16 (Q8_K keeps them).
-template <>
-struct Q16<DType::kQ4_K> {
-  __host__ __device__ static int64_t units(int64_t cols) { return cols / 16; }
-  struct W {
-    uint4 q;  // 16 codes 0..15, one per byte
-    int sc, m;
-    float d, dmin;
-  };
-  struct A {
-    uint4 x;
-    float d;
-    int s;
-  };
-  __device__ static void load_w(const DevWeight& w, int64_t row, int64_t u, W& o) {
-    const int p = static_cast<int>(u & 15);
-    const int c = p >> 2, hi = (p >> 1) & 1;
-    const uint8_t* blk = w.data + row * w.row_stride + (u >> 4) * 144;
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * c + 16 * (p & 1)));
-    const int sh = 4 * hi;
-    const uint32_t m4 = 0x0F0F0F0Fu;
-    o.q = make_uint4((q.x >> sh) & m4, (q.y >> sh) & m4, (q.z >> sh) & m4, (q.w >> sh) & m4);
-    const uint4 hdr = __ldg(reinterpret_cast<const uint4*>(blk));
-    o.d = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x & 0xFFFF)));
-    o.dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x >> 16)));
-    // Scale and min of sub-block j = 2c + hi from the 12 packed bytes (GGUF get_scale_min_k4),
-    // both forms computed and one selected, so lanes of a warp do not diverge.
-    const int j = 2 * c + hi, k = 8 * (j & 3);
-    const int b03 = static_cast<int>((hdr.y >> k) & 0xFFu), b47 = static_cast<int>((hdr.z >> k) & 0xFFu);
-    const int b811 = static_cast<int>((hdr.w >> k) & 0xFFu);
-    const bool low = j < 4;
-    o.sc = low ? (b03 & 63) : ((b811 & 0xF) | ((b03 >> 6) << 4));
-    o.m = low ? (b47 & 63) : ((b811 >> 4) | ((b47 >> 6) << 4));
-  }
-  __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) {
-    o.x = *(reinterpret_cast<const uint4*>(x.q + static_cast<int64_t>(t) * x.cols) + u);
-    o.d = x.d[static_cast<int64_t>(t) * (x.cols / 256) + (u >> 4)];
-    o.s = x.s[static_cast<int64_t>(t) * (x.cols / 16) + u];
-  }
-  __device__ static float dot(const W& w, const A& a) {
-    int i = dp4a(static_cast<int>(w.q.x), static_cast<int>(a.x.x), 0);
-    i = dp4a(static_cast<int>(w.q.y), static_cast<int>(a.x.y), i);
-    i = dp4a(static_cast<int>(w.q.z), static_cast<int>(a.x.z), i);
-    i = dp4a(static_cast<int>(w.q.w), static_cast<int>(a.x.w), i);
-    return a.d * (w.d * static_cast<float>(w.sc * i) - w.dmin * static_cast<float>(w.m * a.s));
-  }
-};
-
-// Q6_K (padded to kQ6KDeviceBlockBytes): unit u = elements 16 (u % 16) .. + 15 of super-block
-// u / 16: half hf, quarter k (of 32) and l in {0, 16} within it. Their low 4 bits are ql[64 hf +
-// 32 (k & 1) + l ..] (low nibbles for k < 2, high for k >= 2), their high 2 bits bits 2k of
-// qh[32 hf + l ..], their scale sc[8 hf + l / 16 + 2k]: dot = d sc (sum(q x) - 32 sum(x)).
-template <>
-struct Q16<DType::kQ6_K> {
-  __host__ __device__ static int64_t units(int64_t cols) { return cols / 16; }
-  struct W {
-    uint4 q;  // 16 codes 0..63, one per byte
-    int sc;
-    float d;
-  };
-  struct A {
-    uint4 x;
-    float d;
-    int s;
-  };
-  __device__ static void load_w(const DevWeight& w, int64_t row, int64_t u, W& o) {
-    const int p = static_cast<int>(u & 15);
-    const int hf = p >> 3, k = (p >> 1) & 3, l = 16 * (p & 1);
-    const uint8_t* blk = w.data + row * w.row_stride + (u >> 4) * kQ6KDeviceBlockBytes;
-    const uint4 ql = __ldg(reinterpret_cast<const uint4*>(blk + 64 * hf + 32 * (k & 1) + l));
-    const uint4 qh = __ldg(reinterpret_cast<const uint4*>(blk + 128 + 32 * hf + l));
-    const int sl = k >= 2 ? 4 : 0, sh = 2 * k;
-    const uint32_t m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
-    o.q = make_uint4(((ql.x >> sl) & m4) | (((qh.x >> sh) & m2) << 4), ((ql.y >> sl) & m4) | (((qh.y >> sh) & m2) << 4),
-                     ((ql.z >> sl) & m4) | (((qh.z >> sh) & m2) << 4), ((ql.w >> sl) & m4) | (((qh.w >> sh) & m2) << 4));
-    o.sc = static_cast<int8_t>(__ldg(blk + 192 + 8 * hf + (l >> 4) + 2 * k));
-    o.d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(blk + 208))));
-  }
-  __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) {
-    o.x = *(reinterpret_cast<const uint4*>(x.q + static_cast<int64_t>(t) * x.cols) + u);
-    o.d = x.d[static_cast<int64_t>(t) * (x.cols / 256) + (u >> 4)];
-    o.s = x.s[static_cast<int64_t>(t) * (x.cols / 16) + u];
-  }
-  __device__ static float dot(const W& w, const A& a) {
-    int i = dp4a(static_cast<int>(w.q.x), static_cast<int>(a.x.x), 0);
-    i = dp4a(static_cast<int>(w.q.y), static_cast<int>(a.x.y), i);
-    i = dp4a(static_cast<int>(w.q.z), static_cast<int>(a.x.z), i);
-    i = dp4a(static_cast<int>(w.q.w), static_cast<int>(a.x.w), i);
-    return a.d * w.d * static_cast<float>(w.sc * (i - 32 * a.s));
-  }
-};
-
-// FRUGAL_GEMV_KQ_WIDE=1: Q4_K and Q6_K in the wide units (64 and 32 elements a lane).
-bool kquant_wide_units() {
-  static const bool v = [] {
-    const char* e = std::getenv("FRUGAL_GEMV_KQ_WIDE");
-    return e != nullptr && std::atoi(e) == 1;
-  }();
-  return v;
-}
-
-// FRUGAL_GEMV_KQ_UNROLL=4: runs of 16 with four iterations in flight per lane (default two).
-int kquant_unroll() {
-  static const int v = [] {
-    const char* e = std::getenv("FRUGAL_GEMV_KQ_UNROLL");
-    return e != nullptr && std::atoi(e) == 4 ? 4 : 2;
-  }();
-  return v;
-}
-
 // Each warp computes R consecutive rows for up to NT tokens: per unit the R rows' weight registers
 // are loaded first (R independent loads in flight), then each token's activation unit is loaded
 // once and used for all R rows. Rows past the end are clamped for loading and not stored.
-// U: loop iterations unrolled (each lane's loads of U units in flight at once).
-template <class D, int NT, int R, int KS, int U = 2>
+template <DType T, int NT, int R, int KS>
 __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QActView x, int nt, int accumulate) {
+  using D = Q<T>;
   const int b = static_cast<int>(blockIdx.x);
   const int i = (set.n > 2 && b >= set.first2) ? 2 : ((set.n > 1 && b >= set.first1) ? 1 : 0);
   const DevWeight& w = i == 0 ? set.w0 : (i == 1 ? set.w1 : set.w2);
@@ -599,7 +473,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QA
     for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
   }
   const int64_t units = D::units(w.cols);
-#pragma unroll U
+#pragma unroll 2
   for (int64_t u = lane + static_cast<int64_t>(kWarp) * part; u < units; u += static_cast<int64_t>(kWarp) * KS) {
     typename D::W wr[R];
 #pragma unroll
@@ -627,7 +501,7 @@ int q8_rows_per_warp() {
   return r;
 }
 
-template <class D, int R, int KS, int U = 2>
+template <DType T, int R, int KS>
 void launch_rows(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
   GemvSet g = set;
   const int total = gemv_layout(g, kWarps / KS * R);
@@ -637,49 +511,27 @@ void launch_rows(const GemvSet& set, const QActView& x, int n, bool acc, cudaStr
   const dim3 grid(static_cast<unsigned>(total));
   const dim3 block(kWarps * kWarp);
   if (n == 1) {
-    launch_kernel("gemv_q8_kernel<NT=1>", gemv_q8_kernel<D, 1, R, KS, U>, grid, block, 0, s, g, x, 1, acc ? 1 : 0);
+    launch_kernel("gemv_q8_kernel<NT=1>", gemv_q8_kernel<T, 1, R, KS>, grid, block, 0, s, g, x, 1, acc ? 1 : 0);
   } else if (n <= 4) {
-    launch_kernel("gemv_q8_kernel<NT=4>", gemv_q8_kernel<D, 4, R, KS, U>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
+    launch_kernel("gemv_q8_kernel<NT=4>", gemv_q8_kernel<T, 4, R, KS>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
   } else {
-    launch_kernel("gemv_q8_kernel<NT=8>", gemv_q8_kernel<D, 8, R, KS, U>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
-  }
-}
-
-// pick: whether a matrix with few rows splits each row over 2 or 4 warps (gemv_split's rule) by
-// default. The wide units measured slower split (8B Q8_0 tg128 318 vs 330 tok/s); the runs of 16
-// give a lane 4x more iterations per row, so a few-row matrix (K and V: 1024 rows, 256 blocks of 4
-// warps on 132 SMs) otherwise leaves most of the GPU idle. FRUGAL_GEMV_SPLIT=1|2|4 forces it.
-template <class D, bool kPick>
-void launch_units(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
-  switch (q8_rows_per_warp()) {
-    case 2: launch_rows<D, 2, 1>(set, x, n, acc, s); break;
-    case 4: launch_rows<D, 4, 1>(set, x, n, acc, s); break;
-    default: {
-      const int64_t rows = set.w0.rows + (set.n > 1 ? set.w1.rows : 0) + (set.n > 2 ? set.w2.rows : 0);
-      if (kPick && kquant_unroll() == 4) {  // the deeper unroll, measured without split
-        launch_rows<D, 1, 1, 4>(set, x, n, acc, s);
-        return;
-      }
-      switch (gemv_split(rows, D::units(set.w0.cols), kPick)) {
-        case 2: launch_rows<D, 1, 2>(set, x, n, acc, s); break;
-        case 4: launch_rows<D, 1, 4>(set, x, n, acc, s); break;
-        default: launch_rows<D, 1, 1>(set, x, n, acc, s); break;
-      }
-    }
+    launch_kernel("gemv_q8_kernel<NT=8>", gemv_q8_kernel<T, 8, R, KS>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
   }
 }
 
 template <DType T>
 void launch_t(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
-  if constexpr (T == DType::kQ4_K || T == DType::kQ6_K) {
-    // The wide units only as the measured baseline: one row per warp, no split.
-    if (kquant_wide_units()) {
-      launch_rows<Q<T>, 1, 1>(set, x, n, acc, s);
-    } else {
-      launch_units<Q16<T>, true>(set, x, n, acc, s);
+  switch (q8_rows_per_warp()) {
+    case 2: launch_rows<T, 2, 1>(set, x, n, acc, s); break;
+    case 4: launch_rows<T, 4, 1>(set, x, n, acc, s); break;
+    default: {
+      const int64_t rows = set.w0.rows + (set.n > 1 ? set.w1.rows : 0) + (set.n > 2 ? set.w2.rows : 0);
+      switch (gemv_split(rows, Q<T>::units(set.w0.cols), false)) {
+        case 2: launch_rows<T, 1, 2>(set, x, n, acc, s); break;
+        case 4: launch_rows<T, 1, 4>(set, x, n, acc, s); break;
+        default: launch_rows<T, 1, 1>(set, x, n, acc, s); break;
+      }
     }
-  } else {
-    launch_units<Q<T>, false>(set, x, n, acc, s);
   }
 }
 
