@@ -88,13 +88,16 @@ TEST_P(W8A8Model, Pow2KernelsAgreeBitwiseOnEveryLayer) {
         EXPECT_GT(l.calls, 0) << l.name;
         EXPECT_EQ(l.acc_mismatches, 0) << l.name;
         identical += l.identical();
-        if (out == w8::OutputType::kBF16) EXPECT_LE(l.max_spacings, 1) << l.name;
+        if (out == w8::OutputType::kBF16) {
+          EXPECT_LE(l.max_spacings, 1) << l.name;
+        }
       }
       SCOPED_TRACE(std::string(w8a8_scales_name(rule)) + " " + w8::output_type_name(out));
       if (rule == W8A8Scales::kPow2) {
         EXPECT_EQ(identical, static_cast<int>(st.size()));
         EXPECT_EQ(ta, tb);
-        EXPECT_EQ((*a)->pow2_stats().rows_rescaled, (*a)->pow2_stats().rows);  // random weights: none pow2
+        // Random weights: almost no scale is a power of two already.
+        EXPECT_GE((*a)->pow2_stats().rows_rescaled * 100, (*a)->pow2_stats().rows * 99);
       } else if (out == w8::OutputType::kF32) {
         EXPECT_LT(identical, static_cast<int>(st.size()));  // the epilogues differ somewhere
       }
