@@ -208,6 +208,7 @@ Result<PerplexityResult> perplexity(Model& model, Backend& backend, const std::v
       const double nll = -lp[static_cast<size_t>(tokens[start + static_cast<size_t>(j) + 1])];
       sum += nll;
       sum2 += nll * nll;
+      res.nll.push_back(static_cast<float>(nll));
       ++res.scored_tokens;
     }
     ++res.windows;

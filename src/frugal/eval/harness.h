@@ -102,6 +102,7 @@ struct PerplexityResult {
   double ppl_stderr = 0;  // of the mean NLL, carried to perplexity
   int64_t scored_tokens = 0;
   int64_t windows = 0;
+  std::vector<float> nll;  // each scored position's negative log-likelihood, window after window
 };
 Result<PerplexityResult> perplexity(Model& model, Backend& backend, const std::vector<TokenId>& tokens, int32_t n_ctx,
                                     DType kv_dtype, TokenId bos);
