@@ -222,6 +222,8 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
       const bool shares = a.copy_from >= 0 && opts_.share_prefix_pages;
       const int from = shares ? a.copy_from : a.slot;
       const int64_t need = kv_.pages_to_grow(from, shares, shares ? a.copy_end : a.reused, tokens + 1);
+      // (copy_from is a running slot or one admitted earlier in this plan, never a cached one:
+      // a free slot sharing more would have been chosen as the slot itself.)
       while (kv_.free_pages() - promised_pages_ < need) {
         if (drop_cached_prefix(a.slot, a.copy_from)) continue;
         return drop_cached_prefix() ? GateAnswer::kChooseAgain : GateAnswer::kWait;
@@ -525,11 +527,11 @@ void Engine::step() {
     stats_.kv_rows_running = sched_.running_rows();
     stats_.kv_rows_cached = sched_.cached_rows();
     stats_.kv_pages_free = kv_.free_pages();
-    int64_t running_pages = 0;
+    std::vector<int> running_slots;
     for (const auto& [id, a] : active_) {
-      if (!a->own && sched_.is_running(id)) running_pages += kv_.pages_held(sched_.slot_of(id));
+      if (!a->own && sched_.is_running(id)) running_slots.push_back(sched_.slot_of(id));
     }
-    stats_.kv_pages_running = running_pages;
+    stats_.kv_pages_running = kv_.pages_held(running_slots);
     stats_.kv_pages_shared = kv_.shared_pages();
     stats_.kv_pages_used_peak = std::max(stats_.kv_pages_used_peak, kv_.total_pages() - kv_.free_pages());
     if (!items.empty()) ++stats_.steps;

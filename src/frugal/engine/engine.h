@@ -65,7 +65,7 @@ struct EngineStats {
   uint64_t kv_bytes = 0;         // reserved KV memory
   int64_t kv_pages_total = 0;    // the pool (0: the cache lives on the device)
   int64_t kv_pages_free = 0;
-  int64_t kv_pages_running = 0;  // held by running sequences, a shared page once per holder
+  int64_t kv_pages_running = 0;  // held by running sequences (a page they share counts once)
   int64_t kv_pages_shared = 0;   // pages saved by sharing: references beyond one per used page
   int64_t kv_pages_used_peak = 0;  // most pages in use after a step
   uint64_t preemptions = 0;      // sequences sent back to the queue for want of pages

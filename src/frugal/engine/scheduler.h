@@ -60,8 +60,6 @@ struct Admission {
   int32_t copy_end = 0;
 };
 
-// Tokens [begin, end) of sequence `id` (positions begin..end-1) go into this step; `logits` when
-// the last of them is the sequence's last token, so a new token gets sampled from it.
 // The admission gate's answer (set_admission_gate).
 enum class GateAnswer : uint8_t {
   kAdmit,
@@ -69,6 +67,8 @@ enum class GateAnswer : uint8_t {
   kChooseAgain,  // the gate dropped a cached prefix the admission would have read: plan it again
 };
 
+// Tokens [begin, end) of sequence `id` (positions begin..end-1) go into this step; `logits` when
+// the last of them is the sequence's last token, so a new token gets sampled from it.
 struct StepItem {
   SeqId id = -1;
   int slot = -1;

@@ -247,6 +247,27 @@ int64_t KvCache::pages_to_grow(int from, bool adopted, int32_t kept, int32_t row
   return paged_->tables[static_cast<size_t>(from)].pages_to_grow(kept, rows, adopted);
 }
 
+int64_t KvCache::pages_held(const std::vector<int>& seqs) const {
+  if (quantized() || !paged_) return 0;
+  std::vector<uint8_t> seen(static_cast<size_t>(paged_->pool->total_pages()), 0);
+  int64_t n = 0;
+  for (int seq : seqs) {
+    if (seq < 0 || seq >= opts_.n_seq) continue;
+    const TokenTable& t = paged_->tables[static_cast<size_t>(seq)];
+    for (int l = 0; l < opts_.n_layer; ++l) {
+      for (int h = 0; h < opts_.n_head_kv; ++h) {
+        for (PageId p : t.pages(l, h)) {
+          if (!seen[static_cast<size_t>(p)]) {
+            seen[static_cast<size_t>(p)] = 1;
+            ++n;
+          }
+        }
+      }
+    }
+  }
+  return n;
+}
+
 int64_t KvCache::shared_pages() const {
   if (quantized() || !paged_) return 0;
   int64_t held = 0;
@@ -260,10 +281,20 @@ Status KvCache::share_prefix(int src, int dst, int32_t n) {
     return error(ErrorCode::kInvalidArgument, "kv cache: cannot share sequence {} into {} ({} sequences)", src, dst,
                  opts_.n_seq);
   }
+  // Checked before `dst` lets go of anything, so a refusal changes nothing. Positions increase, so
+  // n rows ending at position n - 1 are positions 0..n-1.
+  for (int l = 0; l < opts_.n_layer && n > 0; ++l) {
+    for (int h = 0; h < opts_.n_head_kv; ++h) {
+      if (size(l, src, h) < n || positions(l, src, h)[n - 1] != n - 1) {
+        return error(ErrorCode::kInvalidArgument, "kv share: sequence {} does not hold positions [0, {}) in order",
+                     src, n);
+      }
+    }
+  }
   release(dst);
   if (n <= 0) return ok_status();
   if (!paged_->tables[static_cast<size_t>(dst)].share_prefix(paged_->tables[static_cast<size_t>(src)], n)) {
-    return error(ErrorCode::kInvalidArgument, "kv share: sequence {} does not hold positions [0, {}) in order", src, n);
+    return error(ErrorCode::kCorrupt, "kv share: the token table of sequence {} refused positions [0, {})", src, n);
   }
   if (!stats_.empty()) {
     // A shared row starts its statistics at 0, as an appended one does.

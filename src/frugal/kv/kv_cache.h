@@ -117,6 +117,8 @@ class KvCache {
   // of `from` (itself after truncate(), or another sequence through share_prefix()); see
   // TokenTable::pages_to_grow.
   int64_t pages_to_grow(int from, bool adopted, int32_t kept, int32_t rows) const;
+  // Pages the sequences `seqs` hold together, a page shared among them once.
+  int64_t pages_held(const std::vector<int>& seqs) const;
   // Pages saved by sharing: references sequences hold beyond one per used page (the sum of
   // pages_held() over sequences minus the pool's used pages).
   int64_t shared_pages() const;
