@@ -212,20 +212,24 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
   stats_.kv_pages_total = kv_.total_pages();
   slot_observers_.assign(static_cast<size_t>(opts.n_parallel), nullptr);
   if (uses_pool()) {
-    // Admission against the pool: a request enters when its prompt (and one decode token) fits in
-    // the free pages left after this step's earlier admissions; cached prefixes nobody runs are
-    // dropped first when that makes the difference.
-    sched_.set_admission_gate([this](SeqId id, int32_t tokens) {
-      auto found = active_.find(id);
-      if (found == active_.end() || found->second->own) return true;
-      const KvCacheOptions& o = kv_.options();
-      const int64_t need = static_cast<int64_t>(o.n_layer) * o.n_head_kv *
-                           ((tokens + 1 + o.page_tokens - 1) / o.page_tokens);
+    // Admission against the pool: a request enters when the pages its prompt (and one decode
+    // token) takes beyond the prefix it reuses or shares fit in the free pages left after this
+    // step's earlier admissions. Cached prefixes nobody runs are dropped first when that makes the
+    // difference, the ones this admission reads last (then it is planned again without them).
+    sched_.set_admission_gate([this](const Admission& a, int32_t tokens) {
+      auto found = active_.find(a.id);
+      if (found == active_.end() || found->second->own) return GateAnswer::kAdmit;
+      const bool shares = a.copy_from >= 0 && opts_.share_prefix_pages;
+      const int from = shares ? a.copy_from : a.slot;
+      const int64_t need = kv_.pages_to_grow(from, shares, shares ? a.copy_end : a.reused, tokens + 1);
+      // (copy_from is a running slot or one admitted earlier in this plan, never a cached one:
+      // a free slot sharing more would have been chosen as the slot itself.)
       while (kv_.free_pages() - promised_pages_ < need) {
-        if (!drop_cached_prefix()) return false;
+        if (drop_cached_prefix(a.slot, a.copy_from)) continue;
+        return drop_cached_prefix() ? GateAnswer::kChooseAgain : GateAnswer::kWait;
       }
       promised_pages_ += need;
-      return true;
+      return GateAnswer::kAdmit;
     });
   }
   thread_ = std::thread([this] { loop(); });
@@ -523,11 +527,13 @@ void Engine::step() {
     stats_.kv_rows_running = sched_.running_rows();
     stats_.kv_rows_cached = sched_.cached_rows();
     stats_.kv_pages_free = kv_.free_pages();
-    int64_t running_pages = 0;
+    std::vector<int> running_slots;
     for (const auto& [id, a] : active_) {
-      if (!a->own && sched_.is_running(id)) running_pages += kv_.pages_held(sched_.slot_of(id));
+      if (!a->own && sched_.is_running(id)) running_slots.push_back(sched_.slot_of(id));
     }
-    stats_.kv_pages_running = running_pages;
+    stats_.kv_pages_running = kv_.pages_held(running_slots);
+    stats_.kv_pages_shared = kv_.shared_pages();
+    stats_.kv_pages_used_peak = std::max(stats_.kv_pages_used_peak, kv_.total_pages() - kv_.free_pages());
     if (!items.empty()) ++stats_.steps;
     n_waiting_.store(sched_.n_waiting());
     if (items.empty() && !active_.empty() && !stop_) {
@@ -541,7 +547,7 @@ void Engine::apply_admission(const Admission& a, double now) {
   Active& r = *active_.at(a.id);
   kv_.truncate(a.slot, a.reused);
   if (a.copy_from >= 0) {
-    const Status st = copy_rows(a.copy_from, a.slot, a.reused, a.copy_end);
+    const Status st = share_or_copy_rows(a);
     if (!st.ok()) {
       kv_.clear(a.slot);
       sched_.drop_cache(a.slot);
@@ -561,13 +567,25 @@ void Engine::apply_admission(const Admission& a, double now) {
   stats_.prefix_hit_tokens += static_cast<uint64_t>(a.copy_end);
 }
 
+// The prefix [0, copy_end) of slot copy_from for the admitted slot. A device-resident cache (cuda)
+// copies rows itself. In the host pool the slot takes the source's pages by reference instead: full
+// pages are shared for good, and the partial last page is shared too and made private by whichever
+// sequence writes into it first. That is what TokenTable::reserve already does for any shared page
+// (the writer gets a fresh page and the rows it holds), so sharing the tail needs no copy code of
+// its own, costs nothing when the source never writes it again (a cached prefix), and the copy is
+// taken through reserve(), where "no free page" is answered by making room like any other step.
+// The slot's own reused rows go: the source holds the same tokens at the same positions.
+Status Engine::share_or_copy_rows(const Admission& a) {
+  FRUGAL_ASSIGN_OR_RETURN(const bool copied, backend_.copy_kv_rows(a.copy_from, a.slot, a.reused, a.copy_end));
+  if (copied) return ok_status();
+  if (!opts_.share_prefix_pages) return copy_rows(a.copy_from, a.slot, a.reused, a.copy_end);
+  return kv_.share_prefix(a.copy_from, a.slot, a.copy_end);
+}
+
 // Copies KV rows [begin, end) of slot `src` into slot `dst`, which holds exactly `begin` rows of the
 // same prefix. Rows are stored after RoPE at their positions, which the copy keeps, so they are
 // exactly what recomputing the prefix would write (f16 -> f32 -> f16 is lossless).
 Status Engine::copy_rows(int src, int dst, int32_t begin, int32_t end) {
-  // A backend with a device-resident cache (cuda) holds the rows itself: the copy is its job.
-  FRUGAL_ASSIGN_OR_RETURN(const bool copied, backend_.copy_kv_rows(src, dst, begin, end));
-  if (copied) return ok_status();
   const KvCacheOptions& o = kv_.options();
   for (int l = 0; l < o.n_layer; ++l) {
     for (int h = 0; h < o.n_head_kv; ++h) {
@@ -652,8 +670,8 @@ bool Engine::make_room(SeqId for_id) {
   return true;
 }
 
-bool Engine::drop_cached_prefix() {
-  const int slot = sched_.cached_free_slot();
+bool Engine::drop_cached_prefix(int keep_a, int keep_b) {
+  const int slot = sched_.cached_free_slot(keep_a, keep_b);
   if (slot < 0) return false;
   kv_.release(slot);
   sched_.drop_cache(slot);

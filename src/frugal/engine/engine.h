@@ -38,6 +38,10 @@ struct EngineOptions {
   int32_t max_waiting = 64;       // requests allowed to wait for a slot
   double queue_timeout_s = 120;   // longest wait for a slot before refusal
   bool prefix_cache = true;
+  // A prompt prefix another slot holds is taken by sharing its pages (copy on write) in the host
+  // pool; false copies the rows instead (the old path, kept as a measurement baseline). A
+  // device-resident cache (cuda) always copies on the device.
+  bool share_prefix_pages = true;
   // KV policy of a request that names none (eviction, quantization; memory is per sequence).
   KvPolicyOptions kv;
   // Called on the engine thread once per request, whatever its end (metrics, request log).
@@ -61,7 +65,9 @@ struct EngineStats {
   uint64_t kv_bytes = 0;         // reserved KV memory
   int64_t kv_pages_total = 0;    // the pool (0: the cache lives on the device)
   int64_t kv_pages_free = 0;
-  int64_t kv_pages_running = 0;  // held by running sequences (the rest of the used ones: cached prefixes)
+  int64_t kv_pages_running = 0;  // held by running sequences (a page they share counts once)
+  int64_t kv_pages_shared = 0;   // pages saved by sharing: references beyond one per used page
+  int64_t kv_pages_used_peak = 0;  // most pages in use after a step
   uint64_t preemptions = 0;      // sequences sent back to the queue for want of pages
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;    // prompt tokens of admitted requests
@@ -120,6 +126,7 @@ class Engine {
   static bool wants_greedy_token(const Active& r);
   void finish(SeqId id, FinishReason reason, Status error = {});
   Status forward_own(Active& r, const StepItem& it);
+  Status share_or_copy_rows(const Admission& a);
   Status copy_rows(int src, int dst, int32_t begin, int32_t end);
   // The host page pool is the memory budget (cpu); a device-resident cache keeps its own slots.
   bool uses_pool() const { return backend_.name() == "cpu"; }
@@ -127,8 +134,9 @@ class Engine {
   // sequences when the pool runs out.
   void reserve_pages(const StepPlan& plan);
   void preempt(SeqId id);
-  // Gives the pages of one idle slot's cached prefix back to the pool; false when none caches one.
-  bool drop_cached_prefix();
+  // Gives the pages of one idle slot's cached prefix (not slot keep_a or keep_b) back to the pool;
+  // false when none caches one.
+  bool drop_cached_prefix(int keep_a = -1, int keep_b = -1);
   // Frees pages for sequence `for_id`: a cached prefix, else a preempted sequence; false when
   // nothing can be given back.
   bool make_room(SeqId for_id);

@@ -44,7 +44,7 @@ int32_t Scheduler::shared_prefix(int slot, std::span<const TokenId> prompt) cons
   return static_cast<int32_t>(std::min(i, prompt.size() - 1));
 }
 
-Admission Scheduler::admit(Waiting& w) {
+Admission Scheduler::choose(const Waiting& w) const {
   Admission a;
   a.id = w.id;
   int best = -1;
@@ -72,13 +72,17 @@ Admission Scheduler::admit(Waiting& w) {
       }
     }
   }
-  Slot& s = slots_[static_cast<size_t>(best)];
+  return a;
+}
+
+Admission Scheduler::admit(Waiting& w, const Admission& a) {
+  Slot& s = slots_[static_cast<size_t>(a.slot)];
   s.owner = w.id;
   s.tokens = std::move(w.prompt);
   s.n_kv = a.copy_end;
   s.shares_kv = w.shares_kv;
   s.last_used = ++tick_;
-  running_[w.id] = Running{best, static_cast<int32_t>(s.tokens.size()), tick_};
+  running_[w.id] = Running{a.slot, static_cast<int32_t>(s.tokens.size()), tick_};
   return a;
 }
 
@@ -119,10 +123,16 @@ StepPlan Scheduler::plan(double now_s) {
     if (static_cast<int32_t>(s.tokens.size()) == r.n_prompt && budget > 0) add_item(id, r.slot);
   }
   while (!waiting_.empty() && budget > 0 && n_running() < static_cast<int>(slots_.size())) {
-    if (gate_ && !gate_(waiting_.front().id, static_cast<int32_t>(waiting_.front().prompt.size()))) break;
+    Admission a = choose(waiting_.front());
+    GateAnswer g = GateAnswer::kAdmit;
+    // Each kChooseAgain dropped a cached prefix, so this ends.
+    while (gate_ && (g = gate_(a, static_cast<int32_t>(waiting_.front().prompt.size()))) == GateAnswer::kChooseAgain) {
+      a = choose(waiting_.front());
+    }
+    if (g == GateAnswer::kWait) break;
     Waiting w = std::move(waiting_.front());
     waiting_.pop_front();
-    const Admission a = admit(w);
+    a = admit(w, a);
     p.admitted.push_back(a);
     add_item(a.id, a.slot);
   }
@@ -203,10 +213,10 @@ bool Scheduler::preempt(SeqId id, double now_s) {
   return true;
 }
 
-int Scheduler::cached_free_slot() const {
+int Scheduler::cached_free_slot(int keep_a, int keep_b) const {
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
     const Slot& s = slots_[static_cast<size_t>(i)];
-    if (s.owner < 0 && s.n_kv > 0) return i;
+    if (s.owner < 0 && s.n_kv > 0 && i != keep_a && i != keep_b) return i;
   }
   return -1;
 }

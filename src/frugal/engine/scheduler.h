@@ -60,6 +60,13 @@ struct Admission {
   int32_t copy_end = 0;
 };
 
+// The admission gate's answer (set_admission_gate).
+enum class GateAnswer : uint8_t {
+  kAdmit,
+  kWait,         // the request and everything behind it wait
+  kChooseAgain,  // the gate dropped a cached prefix the admission would have read: plan it again
+};
+
 // Tokens [begin, end) of sequence `id` (positions begin..end-1) go into this step; `logits` when
 // the last of them is the sequence's last token, so a new token gets sampled from it.
 struct StepItem {
@@ -115,12 +122,12 @@ class Scheduler {
   // Stops a running sequence and queues it first, its prompt and generated tokens as the prompt to
   // recompute (its slot caches nothing). False when `id` is not running.
   bool preempt(SeqId id, double now_s);
-  // Asked before each admission with the request and the tokens it would compute (prompt minus a
-  // reused prefix is not known yet: the whole prompt); false keeps it and everything behind it
-  // waiting. Unset: slots are the only limit.
-  void set_admission_gate(std::function<bool(SeqId, int32_t)> gate) { gate_ = std::move(gate); }
-  // A free slot that caches a prefix, or -1.
-  int cached_free_slot() const;
+  // Asked before each admission with the admission it would make (slot, reused and shared rows)
+  // and the request's prompt length, so a gate counts only the rows the request does not take
+  // from a cached or running prefix. Unset: slots are the only limit.
+  void set_admission_gate(std::function<GateAnswer(const Admission&, int32_t)> gate) { gate_ = std::move(gate); }
+  // A free slot that caches a prefix, other than `keep_a` and `keep_b`, or -1.
+  int cached_free_slot(int keep_a = -1, int keep_b = -1) const;
 
   bool is_running(SeqId id) const { return running_.count(id) > 0; }
   bool is_waiting(SeqId id) const;
@@ -159,7 +166,9 @@ class Scheduler {
     uint64_t order;  // admission order
   };
 
-  Admission admit(Waiting& w);
+  // Where `w` would go and what it would reuse (no side effects); admit() makes it so.
+  Admission choose(const Waiting& w) const;
+  Admission admit(Waiting& w, const Admission& a);
   int32_t shared_prefix(int slot, std::span<const TokenId> prompt) const;
   const Slot& slot_of_seq(SeqId id) const;
 
@@ -168,7 +177,7 @@ class Scheduler {
   std::deque<Waiting> waiting_;
   std::unordered_map<SeqId, Running> running_;
   uint64_t tick_ = 0;
-  std::function<bool(SeqId, int32_t)> gate_;
+  std::function<GateAnswer(const Admission&, int32_t)> gate_;
 };
 
 }  // namespace frugal

@@ -242,6 +242,96 @@ int64_t KvCache::pages_held(int seq) const {
   return paged_->tables[static_cast<size_t>(seq)].pages_held();
 }
 
+int64_t KvCache::pages_to_grow(int from, bool adopted, int32_t kept, int32_t rows) const {
+  if (quantized() || !paged_ || from < 0 || from >= opts_.n_seq) return 0;
+  return paged_->tables[static_cast<size_t>(from)].pages_to_grow(kept, rows, adopted);
+}
+
+int64_t KvCache::pages_held(const std::vector<int>& seqs) const {
+  if (quantized() || !paged_) return 0;
+  std::vector<uint8_t> seen(static_cast<size_t>(paged_->pool->total_pages()), 0);
+  int64_t n = 0;
+  for (int seq : seqs) {
+    if (seq < 0 || seq >= opts_.n_seq) continue;
+    const TokenTable& t = paged_->tables[static_cast<size_t>(seq)];
+    for (int l = 0; l < opts_.n_layer; ++l) {
+      for (int h = 0; h < opts_.n_head_kv; ++h) {
+        for (PageId p : t.pages(l, h)) {
+          if (!seen[static_cast<size_t>(p)]) {
+            seen[static_cast<size_t>(p)] = 1;
+            ++n;
+          }
+        }
+      }
+    }
+  }
+  return n;
+}
+
+int64_t KvCache::shared_pages() const {
+  if (quantized() || !paged_) return 0;
+  int64_t held = 0;
+  for (const TokenTable& t : paged_->tables) held += t.pages_held();
+  return held - paged_->pool->used_pages();
+}
+
+Status KvCache::share_prefix(int src, int dst, int32_t n) {
+  if (quantized() || !paged_) return error(ErrorCode::kNotSupported, "kv cache: only an unquantized cache shares pages");
+  if (src < 0 || src >= opts_.n_seq || dst < 0 || dst >= opts_.n_seq || src == dst) {
+    return error(ErrorCode::kInvalidArgument, "kv cache: cannot share sequence {} into {} ({} sequences)", src, dst,
+                 opts_.n_seq);
+  }
+  // Checked before `dst` lets go of anything, so a refusal changes nothing. Positions increase, so
+  // n rows ending at position n - 1 are positions 0..n-1.
+  for (int l = 0; l < opts_.n_layer && n > 0; ++l) {
+    for (int h = 0; h < opts_.n_head_kv; ++h) {
+      if (size(l, src, h) < n || positions(l, src, h)[n - 1] != n - 1) {
+        return error(ErrorCode::kInvalidArgument, "kv share: sequence {} does not hold positions [0, {}) in order",
+                     src, n);
+      }
+    }
+  }
+  release(dst);
+  if (n <= 0) return ok_status();
+  if (!paged_->tables[static_cast<size_t>(dst)].share_prefix(paged_->tables[static_cast<size_t>(src)], n)) {
+    return error(ErrorCode::kCorrupt, "kv share: the token table of sequence {} refused positions [0, {})", src, n);
+  }
+  if (!stats_.empty()) {
+    // A shared row starts its statistics at 0, as an appended one does.
+    for (int l = 0; l < opts_.n_layer; ++l) {
+      for (int h = 0; h < opts_.n_head_kv; ++h) stats_[static_cast<size_t>(index(l, dst, h))].assign(static_cast<size_t>(n), 0.f);
+    }
+  }
+  return ok_status();
+}
+
+Status KvCache::audit_pages() const {
+  if (quantized() || !paged_) return ok_status();
+  const PagePool& pool = *paged_->pool;
+  FRUGAL_RETURN_IF_ERROR(pool.audit());
+  std::vector<int32_t> holders(static_cast<size_t>(pool.total_pages()), 0);
+  for (const TokenTable& t : paged_->tables) {
+    for (int l = 0; l < opts_.n_layer; ++l) {
+      for (int h = 0; h < opts_.n_head_kv; ++h) {
+        for (PageId p : t.pages(l, h)) ++holders[static_cast<size_t>(p)];
+      }
+    }
+  }
+  int64_t used = 0;
+  for (PageId p = 0; p < pool.total_pages(); ++p) {
+    if (holders[static_cast<size_t>(p)] != pool.ref_count(p)) {
+      return error(ErrorCode::kCorrupt, "kv pages: page {} has {} holders but reference count {}", p,
+                   holders[static_cast<size_t>(p)], pool.ref_count(p));
+    }
+    used += holders[static_cast<size_t>(p)] > 0 ? 1 : 0;
+  }
+  if (used != pool.used_pages()) {
+    return error(ErrorCode::kCorrupt, "kv pages: {} pages have holders but the pool counts {} used", used,
+                 pool.used_pages());
+  }
+  return ok_status();
+}
+
 void KvCache::apply_copies() {
   const size_t page = static_cast<size_t>(opts_.page_tokens) * row_bytes_;
   for (const PageCopy& c : paged_->copies) {
@@ -310,12 +400,9 @@ Status KvCache::append(int layer, int seq, int32_t pos, const float* k, const fl
   }
   if (!quantized()) {
     TokenTable& t = paged_->tables[static_cast<size_t>(seq)];
-    // Room is taken for every layer at once; a caller that did not reserve gets it here.
-    bool room = true;
-    for (int h = 0; h < opts_.n_head_kv && room; ++h) {
-      room = static_cast<int64_t>(t.pages(layer, h).size()) * opts_.page_tokens > t.size(layer, h);
-    }
-    if (!room) FRUGAL_RETURN_IF_ERROR(reserve(seq, 1));
+    // Room is taken for every layer at once; a caller that did not reserve gets it here, and so
+    // does one whose next row would land in a page shared with another sequence (copy on write).
+    if (!t.can_append(layer)) FRUGAL_RETURN_IF_ERROR(reserve(seq, 1));
     for (int h = 0; h < opts_.n_head_kv; ++h) {
       if (t.size(layer, h) >= opts_.capacity) {
         return error(ErrorCode::kOverBudget, "kv cache: sequence {} is full ({} tokens per head)", seq, opts_.capacity);

@@ -113,6 +113,22 @@ class KvCache {
   int64_t pages_needed(int seq, int32_t n) const;
   // Pages `seq` holds (a page shared with another sequence counts for both).
   int64_t pages_held(int seq) const;
+  // Pages a sequence takes from the pool to hold `rows` rows per head once it keeps rows [0, kept)
+  // of `from` (itself after truncate(), or another sequence through share_prefix()); see
+  // TokenTable::pages_to_grow.
+  int64_t pages_to_grow(int from, bool adopted, int32_t kept, int32_t rows) const;
+  // Pages the sequences `seqs` hold together, a page shared among them once.
+  int64_t pages_held(const std::vector<int>& seqs) const;
+  // Pages saved by sharing: references sequences hold beyond one per used page (the sum of
+  // pages_held() over sequences minus the pool's used pages).
+  int64_t shared_pages() const;
+  // Unquantized caches: `dst`, emptied first, holds rows [0, n) of `src` in the same pages instead
+  // of a copy (TokenTable::share_prefix; the first write into a shared page copies it).
+  // kInvalidArgument when `src` does not hold positions 0..n-1 in every head.
+  Status share_prefix(int src, int dst, int32_t n);
+  // Checks that every page a sequence holds is held (never free) with a reference count equal to
+  // the number of its holders, and the pool's own bookkeeping; for tests.
+  Status audit_pages() const;
   // Room for `n` more tokens in every head of `seq`: pages from the pool, or kOverBudget (nothing
   // changed) when the pool has too few free pages or a head would pass `capacity`. append() takes
   // room itself when none was reserved; reserving first makes a step all-or-nothing.

@@ -111,6 +111,17 @@ bool TokenTable::next_row_page_is_shared(const Head& h) const {
   return page < h.pages.size() && pool_->ref_count(h.pages[page]) > 1;
 }
 
+int32_t TokenTable::pages_to_grow(int32_t kept, int32_t rows, bool adopted) const {
+  const int32_t p = shape_.page_tokens;
+  int32_t need = 0;
+  for (const Head& h : heads_) {
+    const int32_t k = std::min(kept, static_cast<int32_t>(h.pos.size()));
+    need += std::max(0, pages_for(rows) - pages_for(k));
+    if (k % p != 0 && (adopted || pool_->ref_count(h.pages[static_cast<size_t>(k / p)]) > 1)) ++need;
+  }
+  return need;
+}
+
 int32_t TokenTable::pages_needed(int32_t n) const {
   if (n <= 0) return 0;
   int32_t need = 0;
@@ -231,6 +242,33 @@ TokenTable TokenTable::fork() const {
     for (PageId page : h.pages) pool_->retain(page);
   }
   return t;
+}
+
+bool TokenTable::share_prefix(const TokenTable& src, int32_t n) {
+  if (n <= 0 || src.pool_ != pool_ || src.shape_.salt != shape_.salt || src.heads_.size() != heads_.size()) return false;
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    if (!heads_[i].pos.empty() || src.heads_[i].intact < n) return false;
+  }
+  const size_t pages = static_cast<size_t>(pages_for(n));
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    const Head& from = src.heads_[i];
+    Head& h = heads_[i];
+    h.pages.assign(from.pages.begin(), from.pages.begin() + static_cast<std::ptrdiff_t>(pages));
+    for (PageId page : h.pages) pool_->retain(page);
+    h.pos.assign(from.pos.begin(), from.pos.begin() + n);
+    h.intact = n;
+  }
+  return true;
+}
+
+bool TokenTable::can_append(int layer) const {
+  for (int head = 0; head < shape_.n_head_kv; ++head) {
+    const Head& h = head_at(layer, head);
+    if (h.pos.size() >= h.pages.size() * static_cast<size_t>(shape_.page_tokens) || next_row_page_is_shared(h)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void TokenTable::release_all() {

@@ -86,6 +86,11 @@ class TokenTable {
   // this sequence's token ids from position 0 (the same ids every call; a prefix is enough).
   void publish_prefix(std::span<const int32_t> tokens);
 
+  // Pages a table would take from the pool to hold `rows` rows in every head after it keeps the
+  // first `kept` rows of this one: itself truncated (`adopted` false) or another table sharing
+  // them (share_prefix, `adopted` true). A shared page row `kept` goes into counts one more (its
+  // private copy); pages beyond `kept` that truncation would free are not counted.
+  int32_t pages_to_grow(int32_t kept, int32_t rows, bool adopted) const;
   // Pages reserve(n) would take from the pool now.
   int32_t pages_needed(int32_t n) const;
   // Room for `n` more rows in every head: new pages, and a private copy of a shared page that rows
@@ -105,6 +110,14 @@ class TokenTable {
   // A second table holding the same rows in the same pages (a fork of the request); the first write
   // into a shared page copies it.
   TokenTable fork() const;
+  // On an empty table: holds rows 0..n-1 of `src` (positions 0..n-1, untouched by eviction) in the
+  // same pages, one more reference each, so a request sharing a prompt prefix with a running or
+  // cached sequence takes no page for it. A partial last page is shared too and made private by
+  // whichever table writes into it first (reserve()), as fork() does. False, nothing changed, when
+  // this table holds rows or a head of `src` does not hold positions 0..n-1 in order.
+  bool share_prefix(const TokenTable& src, int32_t n);
+  // Whether the next row of every head of `layer` has room in a page this table holds alone.
+  bool can_append(int layer) const;
   // Releases every page; the table is empty afterwards.
   void release_all();
 

@@ -223,6 +223,9 @@ std::string Metrics::render(const EngineStats& s) const {
         static_cast<double>(s.kv_pages_total));
   gauge(out, "frugal:kv_pool_free_pages", "Pages of the KV page pool nobody holds.", l,
         static_cast<double>(s.kv_pages_free));
+  gauge(out, "frugal:kv_pool_shared_pages",
+        "Pages of the KV page pool saved by sharing prompt prefixes (references beyond one per used page).", l,
+        static_cast<double>(s.kv_pages_shared));
   counter(out, "frugal:engine_steps_total", "Forward steps run by the engine loop.", l, s.steps);
   counter(out, "frugal:kv_eviction_rounds_total", "KV eviction rounds of finished requests.", l, kv_rounds_);
   out += fmt::format("# HELP frugal:kv_eviction_seconds_total Time spent in those rounds.\n"
