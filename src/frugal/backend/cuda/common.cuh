@@ -132,6 +132,28 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #endif
 }
+// Sum of `a` over a warp (butterfly, the same order on every lane).
+__device__ __forceinline__ float warp_sum(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) a += __shfl_xor_sync(0xFFFFFFFFu, a, o);
+  return a;
+}
+// Sum of `a` over the block (blockDim.x a multiple of 32, at most 1024), returned to every thread:
+// each warp's sum, then the first warp adds those in warp order. `part` is 32 floats of shared
+// memory. The norm kernels use it so that their sums of squares agree bit for bit.
+__device__ __forceinline__ float block_sum(float a, float* part) {
+  const int t = static_cast<int>(threadIdx.x);
+  a = warp_sum(a);
+  if (t % 32 == 0) part[t / 32] = a;
+  __syncthreads();
+  if (t < 32) {
+    float v = t < static_cast<int>(blockDim.x) / 32 ? part[t] : 0.f;
+    v = warp_sum(v);
+    if (t == 0) part[0] = v;
+  }
+  __syncthreads();
+  return part[0];
+}
 bool pdl_enabled();  // compute capability 9.0 or later and FRUGAL_CUDA_PDL not 0 (ops.cu)
 
 void after_launch(const char* kernel, dim3 grid, dim3 block, cudaStream_t s);

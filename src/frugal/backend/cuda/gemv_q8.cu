@@ -96,19 +96,8 @@ __global__ void rms_norm_q8_kernel(const float* __restrict__ x, const float* __r
     for (int i = t; i < dim; i += bd) ss += xr[i] * xr[i];
   }
   __shared__ float part[32];
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+  const float scale = rsqrtf(block_sum(ss, part) / static_cast<float>(dim) + eps);
   const int lane = t % kWarp, warp = t / kWarp, warps = bd / kWarp;
-  if (lane == 0) part[warp] = ss;
-  __syncthreads();
-  if (t < kWarp) {
-    float v = t < warps ? part[t] : 0.f;
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-    if (t == 0) part[0] = v;
-  }
-  __syncthreads();
-  const float scale = rsqrtf(part[0] / static_cast<float>(dim) + eps);
   float* yr = y + row * dim;
   if (k256) {
     for (int b = warp; b < dim / 256; b += warps) {
@@ -160,19 +149,8 @@ __global__ void rms_norm_q8k_regs_kernel(const float* __restrict__ x, const floa
 #pragma unroll
   for (int i = 0; i < 8; ++i) ss += xv[i] * xv[i];
   __shared__ float part[32];
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-  const int lane = t % kWarp, warp = t / kWarp, warps = static_cast<int>(blockDim.x) / kWarp;
-  if (lane == 0) part[warp] = ss;
-  __syncthreads();
-  if (t < kWarp) {
-    float v = t < warps ? part[t] : 0.f;
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-    if (t == 0) part[0] = v;
-  }
-  __syncthreads();
-  const float scale = rsqrtf(part[0] / static_cast<float>(dim) + eps);
+  const float scale = rsqrtf(block_sum(ss, part) / static_cast<float>(dim) + eps);
+  const int lane = t % kWarp, warp = t / kWarp;
   float v[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) v[i] = xv[i] * scale * wv[i];

@@ -20,11 +20,6 @@ namespace {
 
 constexpr int kWarp = 32;
 
-__device__ __forceinline__ float warp_sum(float a) {
-#pragma unroll
-  for (int o = kWarp / 2; o > 0; o /= 2) a += __shfl_xor_sync(0xFFFFFFFFu, a, o);
-  return a;
-}
 
 // One block per row; row_ids (optional) picks which input rows feed the output rows.
 // Rounds v to the precision the next product's GEMV would round it to (RoundTo): producers round
@@ -64,16 +59,7 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, int
     for (int i = t; i < dim; i += bd) ss += xr[i] * xr[i];
   }
   __shared__ float part[32];
-  ss = warp_sum(ss);
-  if (t % kWarp == 0) part[t / kWarp] = ss;
-  __syncthreads();
-  if (t < kWarp) {
-    float v = t < bd / kWarp ? part[t] : 0.f;
-    v = warp_sum(v);
-    if (t == 0) part[0] = v;
-  }
-  __syncthreads();
-  const float scale = rsqrtf(part[0] / static_cast<float>(dim) + eps);
+  const float scale = rsqrtf(block_sum(ss, part) / static_cast<float>(dim) + eps);
   float* yr = y + out_row * dim;
   if constexpr (kPer > 0) {
 #pragma unroll
