@@ -8,6 +8,7 @@
 
 #include "frugal/backend/cpu/repack.h"
 #include "frugal/core/dtype.h"
+#include "frugal/quant/simd_kernels.h"
 #include "frugal/quant/type_traits.h"
 #include "test_util.h"
 
@@ -239,8 +240,8 @@ TEST(MatmulScaled, ScaleMultipliesProductsBeforeTheBiasAndLookedUpRows) {
 }
 
 // Q4_0 repacked in 8-row groups (backend/cpu/repack.h) against the same rows in GGUF's layout,
-// through matmul (one token, small batches, the float path) and get_rows, on every target (the
-// layout is read everywhere; only AVX2 chooses it at load).
+// through matmul (one token, small batches, the prefill paths) and get_rows, on every target (the
+// layout is read everywhere; AVX2 and AVX-512 choose it at load).
 TEST(MatmulQ4_0x8, MatchesTheRowLayout) {
   std::mt19937 rng(77);
   const TypeTraits& tt = *type_traits(DType::kQ4_0);
@@ -292,6 +293,10 @@ TEST(MatmulQ4_0x8, MatchesTheRowLayout) {
           ASSERT_NEAR(want[t * rows + r], exact, bound) << "row layout, n " << n << " t " << t << " r " << r;
           ASSERT_NEAR(got[t * rows + r], exact, bound) << "8-row layout, n " << n << " t " << t << " r " << r;
         }
+      }
+      // Where prefill runs the int8 panels, both layouts reach the same panels: equal bits.
+      if (n >= 16 && quant::fast::q4_0_panels_are_fast()) {
+        ASSERT_EQ(got, want) << "n " << n;
       }
     }
     std::vector<int32_t> ids = {0, 7, 8, 39, 21};

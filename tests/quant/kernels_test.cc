@@ -153,7 +153,12 @@ TEST_P(QuantKernels, Q4_0x8LayoutRoundTripsExactly) {
       const auto d = dequantize(t->to_float_ref, q, n);
       want.insert(want.end(), d.begin(), d.end());
     }
+    const std::vector<uint8_t> before = rows;
     quant::fast::repack_q4_0x8(rows.data(), n);
+    // Unpacking gives back the bytes of the 8 rows (prefill on AVX-512 reads groups that way).
+    std::vector<uint8_t> back(rows.size(), 0xAB);
+    quant::fast::unpack_q4_0x8(rows.data(), 1, n, back.data());
+    ASSERT_EQ(back, before) << blocks << " blocks";
     std::vector<float> one(static_cast<size_t>(n));
     std::vector<float> all(static_cast<size_t>(8 * n), -1.f);
     quant::fast::to_float_q4_0x8(rows.data(), n, all.data(), n);

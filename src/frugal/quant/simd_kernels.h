@@ -142,6 +142,9 @@ struct BlockQ4_0x8 {
 static_assert(sizeof(BlockQ4_0x8) == 8 * 18, "a group holds exactly the bytes of its 8 Q4_0 rows");
 // In place: 8 consecutive Q4_0 rows of n elements at rows8 become the group layout.
 void repack_q4_0x8(void* rows8, int64_t n);
+// The inverse: `n_groups` groups of n elements become 8 * n_groups Q4_0 rows at `rows` (n / 32
+// blocks each, back to back), the bytes they had before repack_q4_0x8.
+void unpack_q4_0x8(const void* groups, int64_t n_groups, int64_t n, void* rows);
 // Row r (0..7) of a group as floats (the scalar reference of the layout: equals to_float_q4_0 of
 // the row before repacking, exactly).
 void to_float_q4_0x8_row(const void* group, int r, int64_t n, float* dst);
@@ -153,8 +156,10 @@ void to_float_q4_0x8(const void* group, int64_t n, float* dst, int64_t ld);
 void gemv_q4_0x8(int64_t n, const void* groups, int64_t n_groups, const void* act, float* y);
 // Whether gemv_q4_0x8 runs the AVX2 kernel here (else a scalar loop).
 bool q4_0x8_is_fast();
-// Whether repacking pays here: the dispatched target is AVX2 (measured faster than the row kernel
-// of simd_q4_0_gemv.cc there; AVX-512 keeps the row layout and its own kernels).
+// Whether repacking pays here: the dispatched target is AVX2 or AVX-512 (one-token products
+// measured faster than the row kernels of simd_q4_0_gemv.cc on both: 1.55x on an AVX2 EPYC,
+// 1.30x on an AVX-512 EPYC, docs/benchmarks.md). Prefill on AVX-512 unpacks each block of groups
+// back to rows for its VNNI panels (backend/cpu/matmul.cc).
 bool q4_0x8_repack_wins();
 
 #undef FRUGAL_FAST_TO_FLOAT

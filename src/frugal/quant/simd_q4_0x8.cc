@@ -172,6 +172,22 @@ void repack_q4_0x8(void* rows8, int64_t n) {
   }
 }
 
+void unpack_q4_0x8(const void* groups, int64_t n_groups, int64_t n, void* rows) {
+  const int64_t nb = n / kQK;
+  const auto* src = static_cast<const BlockQ4_0x8*>(groups);
+  auto* dst = static_cast<BlockQ4_0*>(rows);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ4_0x8& in = src[g * nb + b];
+      for (int r = 0; r < 8; ++r) {
+        BlockQ4_0& out = dst[(g * 8 + r) * nb + b];
+        out.d = in.d[r];
+        for (int k = 0; k < 4; ++k) std::memcpy(out.qs + 4 * k, in.qs + 32 * k + 4 * r, 4);
+      }
+    }
+  }
+}
+
 void to_float_q4_0x8_row(const void* group, int r, int64_t n, float* dst) {
   const auto* x = static_cast<const BlockQ4_0x8*>(group);
   for (int64_t b = 0; b < n / kQK; ++b) {
@@ -194,7 +210,10 @@ void gemv_q4_0x8(int64_t n, const void* groups, int64_t n_groups, const void* ac
 
 bool q4_0x8_is_fast() { return HWY_DYNAMIC_DISPATCH(Q4x8IsFast)(); }
 
-bool q4_0x8_repack_wins() { return HWY_DYNAMIC_DISPATCH(Q4x8Target)() == HWY_AVX2; }
+bool q4_0x8_repack_wins() {
+  const int64_t t = HWY_DYNAMIC_DISPATCH(Q4x8Target)();
+  return t == HWY_AVX2 || t == HWY_AVX3 || t == HWY_AVX3_DL;
+}
 
 }  // namespace frugal::quant::fast
 #endif  // HWY_ONCE

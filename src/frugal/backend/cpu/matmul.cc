@@ -120,7 +120,9 @@ struct Q4PanelJob {
   float* y;
   const float* bias;
   int64_t br;
-  const AlignedBuffer* scratch;  // [thread]: one block of panels
+  const AlignedBuffer* scratch;  // [thread]: one block of panels (then, for q4_0x8, its rows)
+  bool q4_0x8 = false;           // weights in 8-row groups: a block's groups are unpacked first
+  size_t panel_bytes = 0;        // offset of the unpacked rows in the scratch
 };
 
 void q4_panel_task(void* ctx, int64_t b, int64_t e, int thread) {
@@ -129,7 +131,14 @@ void q4_panel_task(void* ctx, int64_t b, int64_t e, int thread) {
   for (int64_t blk = b; blk < e; ++blk) {
     const int64_t r0 = blk * j.br;
     const int64_t r1 = std::min(j.rows, r0 + j.br);
-    quant::fast::pack_q4_0_panels(j.w + r0 * j.w_stride, j.w_stride, r1 - r0, j.k, panels);
+    const uint8_t* rows = j.w + r0 * j.w_stride;
+    if (j.q4_0x8) {
+      // Blocks start on a group (br is a multiple of 16) and the row count is a multiple of 8.
+      uint8_t* unpacked = static_cast<uint8_t*>(panels) + j.panel_bytes;
+      quant::fast::unpack_q4_0x8(rows, (r1 - r0) / quant::fast::kQ4x8Rows, j.k, unpacked);
+      rows = unpacked;
+    }
+    quant::fast::pack_q4_0_panels(rows, j.w_stride, r1 - r0, j.k, panels);
     quant::fast::gemm_q4_0_panels(j.k, panels, r1 - r0, j.act, j.act_stride, j.n, j.y + r0,
                                   static_cast<size_t>(j.rows));
     if (j.bias != nullptr) {
@@ -327,28 +336,7 @@ void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float*
     return;
   }
   if (w.type == DType::kQ4_0 && n >= min_tokens && quant::fast::q4_0_panels_are_fast()) {
-    Q4PanelJob j;
-    j.w = static_cast<const uint8_t*>(w.data);
-    j.w_stride = w.row_stride;
-    j.rows = w.rows;
-    j.k = w.cols;
-    j.act_stride = static_cast<size_t>(quant::fast::q8_group_bytes(w.cols));
-    auto* act = static_cast<uint8_t*>(act_.ensure(j.act_stride * static_cast<size_t>(n)));
-    const int64_t cols = w.cols;
-    const size_t stride = j.act_stride;
-    pool_.parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)), [&](int64_t b, int64_t e, int) {
-      for (int64_t t = b; t < e; ++t) quant::fast::from_float_q8_group(x + t * cols, act + t * stride, cols);
-    });
-    j.act = act;
-    j.n = n;
-    j.y = y;
-    j.bias = bias;
-    const int64_t row_bytes_packed = std::max<int64_t>(1, quant::fast::q4_0_panels_bytes(16, w.cols) / 16);
-    const int64_t cap = std::clamp<int64_t>(kQ4PanelBlockBytes / row_bytes_packed, 16, kQ4PanelMaxRows);
-    j.br = plan_block_rows(w.rows, cap, quant::fast::kQ4PanelRows, pool_.size());
-    ensure_thread_scratch(static_cast<size_t>(quant::fast::q4_0_panels_bytes(j.br, w.cols)));
-    j.scratch = scratch_.data();
-    pool_.dispatch(q4_panel_task, &j, ceil_div(j.rows, j.br), 1);
+    matmul_q4_0_panels(w, x, n, y, bias);
     return;
   }
   if (n >= min_tokens && tt != nullptr && tt->to_float != nullptr) {
@@ -401,9 +389,41 @@ void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float*
   pool_.dispatch(native_task, &j, ceil_div(j.rows, j.br), 1);
 }
 
+void CpuBackend::matmul_q4_0_panels(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
+  Q4PanelJob j;
+  j.w = static_cast<const uint8_t*>(w.data);
+  j.w_stride = w.row_stride;
+  j.rows = w.rows;
+  j.k = w.cols;
+  j.act_stride = static_cast<size_t>(quant::fast::q8_group_bytes(w.cols));
+  auto* act = static_cast<uint8_t*>(act_.ensure(j.act_stride * static_cast<size_t>(n)));
+  const int64_t cols = w.cols;
+  const size_t stride = j.act_stride;
+  pool_.parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)), [&](int64_t b, int64_t e, int) {
+    for (int64_t t = b; t < e; ++t) quant::fast::from_float_q8_group(x + t * cols, act + t * stride, cols);
+  });
+  j.act = act;
+  j.n = n;
+  j.y = y;
+  j.bias = bias;
+  const int64_t row_bytes_packed = std::max<int64_t>(1, quant::fast::q4_0_panels_bytes(16, w.cols) / 16);
+  const int64_t cap = std::clamp<int64_t>(kQ4PanelBlockBytes / row_bytes_packed, 16, kQ4PanelMaxRows);
+  j.br = plan_block_rows(w.rows, cap, quant::fast::kQ4PanelRows, pool_.size());
+  j.q4_0x8 = w.layout == WeightLayout::kQ4_0x8;
+  j.panel_bytes = static_cast<size_t>(quant::fast::q4_0_panels_bytes(j.br, w.cols) + 63) / 64 * 64;
+  ensure_thread_scratch(j.panel_bytes + (j.q4_0x8 ? static_cast<size_t>(j.br) * w.row_stride : 0));
+  j.scratch = scratch_.data();
+  pool_.dispatch(q4_panel_task, &j, ceil_div(j.rows, j.br), 1);
+}
+
 void CpuBackend::matmul_q4_0x8(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
   if (n >= kQuantFloatPathMinTokens) {
-    matmul_float(w, type_traits(w.type), x, n, y, bias);
+    // Prefill: the int8 panels where they run VNNI (AVX-512), else whole groups expanded to floats.
+    if (quant::fast::q4_0_panels_are_fast()) {
+      matmul_q4_0_panels(w, x, n, y, bias);
+    } else {
+      matmul_float(w, type_traits(w.type), x, n, y, bias);
+    }
     return;
   }
   Q4x8Job j;
