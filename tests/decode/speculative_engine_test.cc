@@ -105,6 +105,10 @@ class SpeculativeEngine : public ::testing::Test {
     return r;
   }
 
+  // Decodes 30 prompts of `family` speculatively (with `candidates` chains per verify pass) and
+  // plainly in one engine and requires the same tokens.
+  static void expect_greedy_identity(Method method, const std::string& family, int candidates);
+
   static inline Model* target_ = nullptr;
   static inline Model* draft_ = nullptr;
   static inline Tokenizer* tok_ = nullptr;
@@ -121,7 +125,23 @@ class GreedyIdentity : public SpeculativeEngine,
 
 TEST_P(GreedyIdentity, SpeculativeGreedyOutputIsPlainGreedyOutput) {
   const auto [method, family] = GetParam();
-  auto e = engine(options(method));
+  expect_greedy_identity(method, family, 1);
+}
+
+// Several chains per verify pass (chain c starts with the draft's c-th most likely token), kept
+// chains taking over the slot's rows from their own KV slot: still plain decoding's tokens.
+class GreedyIdentityCandidates : public SpeculativeEngine,
+                                 public ::testing::WithParamInterface<std::tuple<Method, std::string>> {};
+
+TEST_P(GreedyIdentityCandidates, MultiCandidateGreedyOutputIsPlainGreedyOutput) {
+  const auto [method, family] = GetParam();
+  expect_greedy_identity(method, family, 3);
+}
+
+void SpeculativeEngine::expect_greedy_identity(Method method, const std::string& family, int candidates) {
+  EngineOptions o = options(method);
+  o.spec.candidates = candidates;
+  auto e = engine(o);
   ASSERT_NE(e, nullptr);
   std::vector<std::shared_ptr<RequestHandle>> spec, plain;
   for (int i = 0; i < kPromptsPerFamily; ++i) {
@@ -136,7 +156,7 @@ TEST_P(GreedyIdentity, SpeculativeGreedyOutputIsPlainGreedyOutput) {
     spec.push_back(*a);
     plain.push_back(*b);
   }
-  int64_t drafted = 0, accepted = 0, passes = 0;
+  int64_t drafted = 0, accepted = 0, passes = 0, other_chain = 0;
   for (size_t i = 0; i < spec.size(); ++i) {
     const Output s = collect(*spec[i]);
     const Output p = collect(*plain[i]);
@@ -148,13 +168,21 @@ TEST_P(GreedyIdentity, SpeculativeGreedyOutputIsPlainGreedyOutput) {
     drafted += s.fin.speculative.drafted;
     accepted += s.fin.speculative.accepted;
     passes += s.fin.speculative.passes;
+    other_chain += s.fin.speculative.other_chain;
   }
   // The drafters must really have been exercised, rejections included.
   EXPECT_GT(passes, 0);
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, drafted);
-  std::printf("%s %s: %lld passes, %lld drafted, %lld accepted\n", speculative::method_name(method), family.c_str(),
-              static_cast<long long>(passes), static_cast<long long>(drafted), static_cast<long long>(accepted));
+  if (candidates > 1) {
+    // Several chains must have been verified, and kept past the first token (the longest kept prefix
+    // of any pass exceeds what a rejection at the first token leaves).
+    EXPECT_GE(drafted, passes * 2) << "chains per pass";
+    EXPECT_GT(other_chain, 0) << "a chain other than the first was kept (its rows taken over)";
+  }
+  std::printf("%s %s x%d: %lld passes, %lld drafted, %lld accepted\n", speculative::method_name(method),
+              family.c_str(), candidates, static_cast<long long>(passes), static_cast<long long>(drafted),
+              static_cast<long long>(accepted));
 }
 
 std::vector<std::tuple<Method, std::string>> identity_cases() {
@@ -164,6 +192,18 @@ std::vector<std::tuple<Method, std::string>> identity_cases() {
   }
   return out;
 }
+
+std::vector<std::tuple<Method, std::string>> candidate_identity_cases() {
+  std::vector<std::tuple<Method, std::string>> out;
+  for (const auto& f : eval::task_family_names()) out.emplace_back(Method::kDraft, f);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GreedyIdentityCandidates, ::testing::ValuesIn(candidate_identity_cases()),
+                         [](const auto& info) {
+                           return std::string(speculative::method_name(std::get<0>(info.param))) + "_" +
+                                  std::get<1>(info.param);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Families, GreedyIdentity, ::testing::ValuesIn(identity_cases()),
                          [](const auto& info) {
@@ -465,7 +505,10 @@ class SpeculativeSampling : public ::testing::Test {
   }
 
   // Counts of (first, second) generated token over `n` requests with seeds 0..n-1.
-  static std::map<std::pair<TokenId, TokenId>, int64_t> joint(Method m, float temperature, int n) {
+  static std::map<std::pair<TokenId, TokenId>, int64_t> joint(Method m, float temperature, int n,
+                                                              int candidates = 1,
+                                                              speculative::CandidateRule rule =
+                                                                  speculative::CandidateRule::kStandard) {
     EngineOptions o;
     o.n_parallel = 16;
     o.n_ctx = 512;
@@ -474,6 +517,8 @@ class SpeculativeSampling : public ::testing::Test {
     o.spec.method = m;
     o.spec.draft_model = draft_;
     o.spec.k = 3;
+    o.spec.candidates = candidates;
+    o.spec.rule = rule;
     o.spec.draft_memory = 1u << 30;  // the draft is as large as the target: a budget allows it
     auto e = Engine::create(*target_, *tok_, *backend_, o);
     EXPECT_TRUE(e.ok()) << e.status().message();
@@ -576,6 +621,13 @@ TEST_F(SpeculativeSampling, JointLawOfTwoTokensEqualsPlainSampling) {
     SCOPED_TRACE(speculative::method_name(m));
     const double p = homogeneity_p(joint(m, 1.5f, kRequests), plain);
     std::printf("%s: p = %.4g over %zu cells\n", speculative::method_name(m), p, plain.size());
+    EXPECT_GT(p, 1e-3);
+  }
+  for (const auto rule : {speculative::CandidateRule::kStandard, speculative::CandidateRule::kResiSpec}) {
+    SCOPED_TRACE(speculative::candidate_rule_name(rule));
+    // Three i.i.d. chains per pass through the draft model, verified by the multi-candidate rule.
+    const double p = homogeneity_p(joint(Method::kDraft, 1.5f, kRequests, 3, rule), plain);
+    std::printf("draft x3 %s: p = %.4g over %zu cells\n", speculative::candidate_rule_name(rule), p, plain.size());
     EXPECT_GT(p, 1e-3);
   }
   const double control = homogeneity_p(joint(Method::kNone, 0.7f, kRequests), plain);
