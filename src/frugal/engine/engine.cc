@@ -340,8 +340,9 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
     dp.seed = act->sampler.seed() ^ 0x5bd1e9955bd1e995ull;
     if (dp.seed == kSeedFromTime) dp.seed = 0;
     act->draft_sampler.emplace(dp, n_vocab);
-    // Every draft position costs one draft token per chain.
-    act->draft_len.emplace(opts_.spec.k, drafter_->cost_ratio() * opts_.spec.candidates);
+    // The cost ratio is weight bytes read per draft pass, which the chains of a sequence share
+    // (one batched pass per draft position for all of them).
+    act->draft_len.emplace(opts_.spec.k, drafter_->cost_ratio());
     act->spec.method = speculative::method_name(drafter_->method());
     act->spec.candidates = opts_.spec.candidates;
     act->spec.rule = speculative::candidate_rule_name(opts_.spec.rule);
