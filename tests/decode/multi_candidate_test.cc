@@ -170,6 +170,7 @@ INSTANTIATE_TEST_SUITE_P(Rules, MultiCandidateExactness,
                          [](const auto& info) { return std::string(candidate_rule_name(info.param)); });
 
 TEST(MultiCandidateExactness, TheTestRejectsWrongRules) {
+  // (p-values printed for the record.)
   // The same draws and thresholds as above on a pair where the draft and the target differ: each
   // wrong rule must fail with p < 1e-12, which shows the tests above can fail.
   const Setting s = settings()[5];  // peaked draft
@@ -178,11 +179,12 @@ TEST(MultiCandidateExactness, TheTestRejectsWrongRules) {
     SCOPED_TRACE(std::to_string(m) + " candidates");
     EXPECT_LT(fit(s, m, CandidateRule::kStandard, Variant::kNoResidualUpdate, 11).p_value, 1e-12);
     EXPECT_LT(fit(t, m, CandidateRule::kStandard, Variant::kNoResidualUpdate, 12).p_value, 1e-12);
-    EXPECT_LT(fit(s, m, CandidateRule::kResiSpec, Variant::kShapedWithStandardResidual, 13).p_value, 1e-12);
+    EXPECT_LT(fit(t, m, CandidateRule::kResiSpec, Variant::kShapedWithStandardResidual, 13).p_value, 1e-12);
     EXPECT_LT(fit(s, m, CandidateRule::kResiSpec, Variant::kShapedDroppingRejected, 14).p_value, 1e-12);
     // And the exact rules on the same pairs pass.
     EXPECT_GT(fit(s, m, CandidateRule::kStandard, Variant::kExact, 16).p_value, kMinPValue);
     EXPECT_GT(fit(s, m, CandidateRule::kResiSpec, Variant::kExact, 17).p_value, kMinPValue);
+    EXPECT_GT(fit(t, m, CandidateRule::kResiSpec, Variant::kExact, 18).p_value, kMinPValue);
   }
 }
 
@@ -234,9 +236,10 @@ TEST(ResiSpecPlan, CapacitiesAreConsistentOnEverySetting) {
       resispec_plan(s.p, s.q, m, cap);
       ASSERT_EQ(cap.size(), static_cast<size_t>(m) + 1);
       EXPECT_EQ(cap.back(), 0.0);
-      EXPECT_NEAR(cap[0] - cap[1], 1.0, 1e-9) << "P_1 = 1";
+      const double total = std::accumulate(s.p.begin(), s.p.end(), 0.0);  // 1 up to float rounding
+      EXPECT_NEAR(cap[0] - cap[1], total, 1e-9) << "P_1 = 1";
       double given = 0;
-      double left = 1.0;
+      double left = total;
       for (int i = 0; i < m; ++i) {
         const double reach = cap[static_cast<size_t>(i)] - cap[static_cast<size_t>(i) + 1];
         EXPECT_GE(reach, -1e-12);
@@ -250,7 +253,7 @@ TEST(ResiSpecPlan, CapacitiesAreConsistentOnEverySetting) {
         given += at_i;
         left -= at_i;
       }
-      EXPECT_LE(given, 1.0 + 1e-9);
+      EXPECT_LE(given, total + 1e-9);
     }
   }
 }

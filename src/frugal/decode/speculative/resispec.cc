@@ -85,16 +85,20 @@ void resispec_plan(std::span<const float> p, std::span<const float> q, int m, st
     return;
   }
   const FillCurve fill(p, q);
-  // P_1 grows with eps (every P_i does): eps = 0 gives the empty plan (P_1 = 0), eps = 1 one with
-  // P_1 >= 1. P_1(eps) is piecewise linear, so regula falsi (Illinois) finds P_1 = 1 in a few
+  // P_1 must be the target mass there is (1 up to the rounding of p's sum; choose_candidate's
+  // reach is sum R as well).
+  double total = 0.0;
+  for (const float v : p) total += v > 0.0f ? v : 0.0f;
+  // P_1 grows with eps (every P_i does): eps = 0 gives the empty plan (P_1 = 0), eps = total one with
+  // P_1 >= total. P_1(eps) is piecewise linear, so regula falsi (Illinois) finds P_1 = total in a few
   // steps where bisection would take dozens; the bracket keeps it safe.
-  double lo = 0.0, hi = 1.0;
-  double f_lo = plan_for(fill, m, lo, capacity) - 1.0, f_hi = plan_for(fill, m, hi, capacity) - 1.0;
+  double lo = 0.0, hi = total;  // eps = total: every P_i >= total
+  double f_lo = plan_for(fill, m, lo, capacity) - total, f_hi = plan_for(fill, m, hi, capacity) - total;
   int side = 0;
   for (int it = 0; it < 100 && f_hi > 1e-12; ++it) {
     double mid = f_hi - f_lo > 0.0 ? hi - f_hi * (hi - lo) / (f_hi - f_lo) : 0.5 * (lo + hi);
     if (!(mid > lo && mid < hi)) mid = 0.5 * (lo + hi);
-    const double f_mid = plan_for(fill, m, mid, capacity) - 1.0;
+    const double f_mid = plan_for(fill, m, mid, capacity) - total;
     if (f_mid >= 0.0) {
       hi = mid;
       f_hi = f_mid;

@@ -18,7 +18,7 @@
 // Each b_i(y) <= q(y) P_i, and the reach probabilities must be consistent with what is given
 // out: P_i - P_{m+1} = F(G_i), F(G) = sum_y min(p(y), q(y) G). Given eps = P_{m+1} (the
 // probability that every candidate is rejected) the P_i follow one by one from the last (each
-// equation is monotone in P_i); eps is the one with P_1 = 1. This is our construction for the
+// equation is monotone in P_i); eps is the one with P_1 = 1 (the sum of p, in floating point). This is our construction for the
 // abstract's "reform the proposal during verification to anchor the residual mass in the draft's
 // high-confidence region"; the paper's own construction was not available. It never changes the
 // output law: exactness rests only on the bounds above, which choose_candidate() enforces
