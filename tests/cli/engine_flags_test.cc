@@ -71,7 +71,7 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
       {"--spec medusa", "--spec: speculative method 'medusa' is not none, draft, ngram or layerskip"},
       {"--spec-k 0", "--spec-k: 0 is not in [1, 32]"},
       {"--spec-candidates 9", "--spec-candidates: 9 is not in [1, 8]"},
-      {"--spec-candidates two", "--spec-candidates: 'two' is not a 32-bit integer"},
+      {"--spec-candidates two", "--spec-candidates: 'two' is not a number"},
       {"--spec-rule spectr", "--spec-rule: multi-candidate rule 'spectr' is not standard or resispec"},
       {"--draft-memory 3Q", "--draft-memory: '3Q' is not a size"},
       {"--spec ngram --draft x.gguf", "--draft: a draft model is for --spec draft, not --spec ngram"},
