@@ -10,7 +10,9 @@ alike. Reports per configuration, summed over all runs: accepted draft tokens pe
 (the acceptance length), tokens per target pass (accepted + the target's own), decode tokens per
 second, and the speed-ups over plain decoding, over one draft, and of ResiSpec over the standard
 rule at the same candidate count, each with a 95% bootstrap interval over the runs (resampling
-runs, the ratio of sums). At temperature 0 the outputs are also compared with plain decoding's:
+runs, the ratio of sums), and the paired differences of accepted tokens per pass (same prompt and
+sampling seed) against one draft and of ResiSpec against the standard rule, with their intervals.
+--from-json prints the table again from runs saved with --json. At temperature 0 the outputs are also compared with plain decoding's:
 any difference is an error.
 
 Usage: bench/speculative_candidates.py [--frugal build/bin/frugal] [-m models/default.gguf]
@@ -49,6 +51,14 @@ def ratio_interval(num, den, reps=2000, rng=None):
     return point, boots[int(0.025 * reps)], boots[int(0.975 * reps) - 1]
 
 
+def mean_interval(vals, reps=4000, rng=None):
+    """Mean of paired differences with a 95% bootstrap interval."""
+    rng = rng or random.Random(1)
+    n = len(vals)
+    boots = sorted(sum(vals[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
+    return sum(vals) / n, boots[int(0.025 * reps)], boots[int(0.975 * reps) - 1]
+
+
 def fmt_ci(t, digits=2):
     p, lo, hi = t
     return f"{p:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
@@ -69,7 +79,14 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--spec-k", type=int, default=6)
     ap.add_argument("--json", help="write every run's numbers here")
+    ap.add_argument("--from-json", help="print the table of runs saved by --json instead of running")
     args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        for k, v in saved["args"].items():
+            if k not in ("json", "from_json"):
+                setattr(args, k, v)
 
     draft = ["--spec", "draft", "--draft", args.draft, "--spec-k", str(args.spec_k)]
     configs = {"plain": [], "draft x1": draft}
@@ -80,6 +97,9 @@ def main():
     temps = [float(t) for t in args.temps.split(",") if t]
     runs = {t: {c: [] for c in configs} for t in temps}
     mismatches = 0
+    if args.from_json:
+        runs = {float(t): v for t, v in saved["runs"].items()}
+        temps = []  # nothing to run
     for temp in temps:
         for family in families:
             for seed in range(args.prompts):
@@ -102,10 +122,11 @@ def main():
     print(f"{len(families)} families x {args.prompts} prompts x {args.sampling_seeds} sampling seeds, length "
           f"{args.length}, -n {args.n} (--ignore-eos), {args.threads} threads, spec-k {args.spec_k}; "
           "95% bootstrap intervals over runs")
-    print("| temp | config | accepted / pass | tokens / pass | decode tok/s | vs plain | vs x1 | resispec vs standard |"
-          " other chain kept |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for temp in temps:
+    print("| temp | config | accepted / pass | tokens / pass | decode tok/s | speed vs plain | speed vs x1 | "
+          "speed resispec / standard | paired accepted/pass vs x1 | paired accepted/pass resispec - standard | "
+          "other chain kept |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for temp in sorted(runs, reverse=True):
         r = runs[temp]
         # Speed ratios: time per token of the reference over this config's, run by run.
         def speed(name, ref):
@@ -116,8 +137,16 @@ def main():
             rows = r[name]
             tps = sum(x["decode_tokens"] for x in rows) / sum(x["decode_ms"] for x in rows) * 1e3
             if name == "plain":
-                print(f"| {temp} | plain | - | 1.00 | {tps:.1f} | 1.00 | - | - | - |")
+                print(f"| {temp} | plain | - | 1.00 | {tps:.1f} | 1.00 | - | - | - | - | - |")
                 continue
+            per_pass = lambda x: x["accepted"] / x["passes"] if x["passes"] else 0.0  # noqa: E731
+            d_x1 = "-"
+            if name != "draft x1":
+                d_x1 = fmt_ci(mean_interval([per_pass(a) - per_pass(b) for a, b in zip(rows, r["draft x1"])]))
+            d_std = "-"
+            if name.endswith("resispec"):
+                ref = r[name.replace("resispec", "standard")]
+                d_std = fmt_ci(mean_interval([per_pass(a) - per_pass(b) for a, b in zip(rows, ref)]))
             acc = ratio_interval([x["accepted"] for x in rows], [x["passes"] for x in rows])
             tpp = ratio_interval([x["emitted"] for x in rows], [x["passes"] for x in rows])
             vs_x1 = fmt_ci(speed(name, "draft x1")) if name != "draft x1" else "-"
@@ -126,7 +155,7 @@ def main():
                 vs_std = fmt_ci(speed(name, name.replace("resispec", "standard")))
             other = sum(x["other_chain"] for x in rows) / max(1, sum(x["passes"] for x in rows))
             print(f"| {temp} | {name} | {fmt_ci(acc)} | {fmt_ci(tpp)} | {tps:.1f} | {fmt_ci(speed(name, 'plain'))} | "
-                  f"{vs_x1} | {vs_std} | {other:.3f} |")
+                  f"{vs_x1} | {vs_std} | {d_x1} | {d_std} | {other:.3f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "runs": {str(t): v for t, v in runs.items()}}, f, indent=1)

@@ -221,6 +221,9 @@ TEST(ResiSpecPlan, WorkedExampleDefersTheDraftsConfidentToken) {
   EXPECT_NEAR(resispec_mass(0.5, 0.1, cap[1], cap[2]), 0.09, 1e-6);
   const Setting s{"example", p, q};
   const double sd = std::sqrt(0.25 / kDraws);
+  CandidateScratch scratch;
+  EXPECT_NEAR(kept_probability(p, q, 2, CandidateRule::kStandard, scratch), 0.64, 1e-6);
+  EXPECT_NEAR(kept_probability(p, q, 2, CandidateRule::kResiSpec, scratch), 0.69, 1e-6);
   EXPECT_NEAR(kept_rate(s, 2, CandidateRule::kStandard, 3), 0.64, 5 * sd);
   EXPECT_NEAR(kept_rate(s, 2, CandidateRule::kResiSpec, 4), 0.69, 5 * sd);
 }
@@ -268,6 +271,10 @@ TEST(ResiSpecPlan, KeepsAtLeastAsManyCandidatesAsTheStandardRuleHere) {
       SCOPED_TRACE(s.name + ", m = " + std::to_string(m));
       const double standard = kept_rate(s, m, CandidateRule::kStandard, 21);
       const double shaped = kept_rate(s, m, CandidateRule::kResiSpec, 22);
+      // The measured rates agree with the computed ones.
+      CandidateScratch scratch;
+      EXPECT_NEAR(standard, kept_probability(s.p, s.q, m, CandidateRule::kStandard, scratch), 5 * sd);
+      EXPECT_NEAR(shaped, kept_probability(s.p, s.q, m, CandidateRule::kResiSpec, scratch), 5 * sd);
       std::printf("%-28s m=%d kept: standard %.4f resispec %.4f\n", s.name.c_str(), m, standard, shaped);
       EXPECT_GT(shaped, standard - 6 * sd);
     }

@@ -211,6 +211,70 @@ INSTANTIATE_TEST_SUITE_P(Families, GreedyIdentity, ::testing::ValuesIn(identity_
                                   std::get<1>(info.param);
                          });
 
+// The rules at one depth on the real models' distributions, without sampling noise: for every
+// position of testbed prompts (teacher-forced, positions 32 onwards), p from the target and q from
+// the draft after the same prefix through the request's sampling transform (llama.cpp's default
+// top-k 40, top-p 0.95, min-p 0.05), the probability that one of m i.i.d. candidates is kept
+// (kept_probability) under each rule. ResiSpec's plan must never keep less than the standard
+// rule (it is the late-filling optimum of the rules whose residual ignores which tokens were
+// rejected, and the standard rule is one of them); the means are printed for docs/speculative.md.
+TEST_F(SpeculativeEngine, ResiSpecKeepsAtLeastTheStandardRuleOnTheModelsDistributions) {
+  const auto n_vocab = static_cast<size_t>(target_->config().n_vocab);
+  struct Sums {
+    double kept[2][5] = {};  // [rule][m]
+    int64_t positions = 0;
+  };
+  std::map<float, Sums> sums;
+  speculative::CandidateScratch scratch;
+  for (const auto& family : eval::task_family_names()) {
+    for (int i = 0; i < 2; ++i) {
+      eval::TaskOptions to;
+      to.length = 256;
+      auto ex = eval::generate_task(family, eval::TaskSplit::kTest, 7000 + static_cast<uint64_t>(i), to);
+      ASSERT_TRUE(ex.ok());
+      const std::vector<TokenId> prompt = encode(ex->prompt);
+      const auto n = static_cast<int32_t>(prompt.size());
+      std::vector<float> pl(static_cast<size_t>(n) * n_vocab), ql(pl.size());
+      for (auto [model, out] : {std::pair{target_, &pl}, std::pair{draft_, &ql}}) {
+        auto kv = KvCache::create(model->kv_options(1, n + 1));
+        ASSERT_TRUE(kv.ok());
+        Batch b;
+        for (int32_t t = 0; t < n; ++t) b.add(prompt[static_cast<size_t>(t)], t, 0, true);
+        ASSERT_TRUE(model->forward(b, *kv, *backend_, out->data()).ok());
+      }
+      for (const float temp : {1.0f, 0.7f}) {
+        SamplingParams sp;
+        sp.temperature = temp;
+        Sampler sampler(sp, static_cast<int32_t>(n_vocab));
+        std::vector<float> p(n_vocab), q(n_vocab);
+        Sums& acc = sums[temp];
+        for (int32_t t = 32; t < n; ++t) {
+          const std::span<const TokenId> before(prompt.data(), static_cast<size_t>(t) + 1);
+          sampler.distribution(pl.data() + static_cast<size_t>(t) * n_vocab, before, p.data());
+          sampler.distribution(ql.data() + static_cast<size_t>(t) * n_vocab, before, q.data());
+          for (int m = 1; m <= 4; ++m) {
+            const double standard = kept_probability(p, q, m, speculative::CandidateRule::kStandard, scratch);
+            const double shaped = kept_probability(p, q, m, speculative::CandidateRule::kResiSpec, scratch);
+            ASSERT_GE(shaped, standard - 1e-6) << family << " position " << t << " m " << m;
+            acc.kept[0][m] += standard;
+            acc.kept[1][m] += shaped;
+          }
+          ++acc.positions;
+        }
+      }
+    }
+  }
+  for (const auto& [temp, acc] : sums) {
+    for (int m = 1; m <= 4; ++m) {
+      std::printf("temperature %.1f, %d candidates: kept %.4f standard, %.4f resispec (%lld positions)\n", temp, m,
+                  acc.kept[0][m] / static_cast<double>(acc.positions), acc.kept[1][m] / static_cast<double>(acc.positions),
+                  static_cast<long long>(acc.positions));
+    }
+    // One candidate: both rules are Leviathan / Chen's.
+    EXPECT_NEAR(acc.kept[0][1], acc.kept[1][1], 1e-6 * static_cast<double>(acc.positions));
+  }
+}
+
 TEST_F(SpeculativeEngine, ContinuationReusesTheRowsASpeculativeSequenceLeft) {
   // A second request whose prompt is the first's prompt and output reuses that slot's cached rows,
   // rows written by verify passes and rolled back at every rejection; it must decode exactly as

@@ -92,4 +92,35 @@ CandidateChoice choose_candidate(std::span<const float> p, std::span<const std::
   return {-1, last};
 }
 
+double kept_probability(std::span<const float> p, std::span<const float> q, int m, CandidateRule rule,
+                        CandidateScratch& s) {
+  const size_t n = std::min(p.size(), q.size());
+  s.residual.resize(n);
+  double reach = 0.0;
+  for (size_t y = 0; y < n; ++y) {
+    s.residual[y] = p[y] > 0.0f ? static_cast<double>(p[y]) : 0.0;
+    reach += s.residual[y];
+  }
+  const bool shaped = rule == CandidateRule::kResiSpec && m > 1;
+  if (shaped) resispec_plan(p, q, m, s.capacity);
+  double kept = 0.0;
+  for (int i = 0; i < m && reach > 0.0; ++i) {
+    double left = 0.0;
+    for (size_t y = 0; y < n; ++y) {
+      // The same b_i(y) as choose_candidate() with q_i = q.
+      double b = std::min(s.residual[y], reach * static_cast<double>(q[y]));
+      if (shaped) {
+        b = std::min(b, resispec_mass(static_cast<double>(p[y]), static_cast<double>(q[y]),
+                                      s.capacity[static_cast<size_t>(i)], s.capacity[static_cast<size_t>(i) + 1]));
+      }
+      b = b > 0.0 ? b : 0.0;
+      kept += b;
+      s.residual[y] = std::max(0.0, s.residual[y] - b);
+      left += s.residual[y];
+    }
+    reach = left;
+  }
+  return kept;
+}
+
 }  // namespace frugal::speculative

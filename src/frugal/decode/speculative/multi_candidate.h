@@ -68,4 +68,11 @@ CandidateChoice choose_candidate(std::span<const float> p, std::span<const std::
                                  std::span<const TokenId> x, CandidateRule rule, const std::function<double()>& uniform,
                                  CandidateScratch& scratch);
 
+// The probability that one of m candidates drawn i.i.d. from q is kept under `rule` (the
+// expectation of choose_candidate()'s index >= 0 over the candidates and its uniforms):
+// sum_i sum_y b_i(y), with every b_i as choose_candidate() gives it. 1 - this is the
+// probability that the depth ends in a draw from the residual.
+double kept_probability(std::span<const float> p, std::span<const float> q, int m, CandidateRule rule,
+                        CandidateScratch& scratch);
+
 }  // namespace frugal::speculative
