@@ -215,9 +215,10 @@ INSTANTIATE_TEST_SUITE_P(Families, GreedyIdentity, ::testing::ValuesIn(identity_
 // position of testbed prompts (teacher-forced, positions 32 onwards), p from the target and q from
 // the draft after the same prefix through the request's sampling transform (llama.cpp's default
 // top-k 40, top-p 0.95, min-p 0.05), the probability that one of m i.i.d. candidates is kept
-// (kept_probability) under each rule. ResiSpec's plan must never keep less than the standard
-// rule (it is the late-filling optimum of the rules whose residual ignores which tokens were
-// rejected, and the standard rule is one of them); the means are printed for docs/speculative.md.
+// (kept_probability) under each rule. ResiSpec's plan must not keep less than the standard rule
+// (expected from the late-filling argument in docs/speculative.md, which the standard rule's
+// greedy plan is a special case of; not proven, hence checked); the means are printed for
+// docs/speculative.md.
 TEST_F(SpeculativeEngine, ResiSpecKeepsAtLeastTheStandardRuleOnTheModelsDistributions) {
   const auto n_vocab = static_cast<size_t>(target_->config().n_vocab);
   struct Sums {
