@@ -235,7 +235,12 @@ int bench(const BenchArgs& a) {
   if (engine_opts.spec.method != speculative::Method::kNone) {
     return fail(cmd, std::string("--spec ") + speculative::method_name(engine_opts.spec.method) +
                          ": bench measures plain prefill and decode; speculative decoding is measured by "
-                         "bench/speculative.sh (frugal run and eval)");
+                         "bench/speculative.py (frugal run and eval)");
+  }
+  if (engine_opts.spec.candidates != 1) {
+    return fail(cmd, "--spec-candidates " + std::to_string(engine_opts.spec.candidates) +
+                         ": bench measures plain prefill and decode; speculative decoding is measured by "
+                         "bench/speculative.py (frugal run and eval)");
   }
   if (a.reps < 1) return fail(cmd, "-r must be at least 1");
   std::vector<int> depths, parallels;

@@ -42,6 +42,12 @@ constexpr FlagRow kFlags[] = {
      "none"},
     {"spec-k", "--spec-k", "INT", "most draft tokens per verify pass (the draft model adapts below it)", "6"},
     {"spec-skip", "--spec-skip", "INT", "layers the layerskip drafter skips (0: half of the middle layers)", "0"},
+    {"spec-candidates", "--spec-candidates", "INT",
+     "drafts per verify pass, each drawn independently from the drafter and verified together (draft, layerskip; "
+     "1..8)",
+     "1"},
+    {"spec-rule", "--spec-rule", "TEXT",
+     "how several drafts are verified: standard (recursive rejection) or resispec (residual shaping)", "standard"},
     {"draft", "--draft", "TEXT", "draft model GGUF with the target's vocabulary (implies --spec draft)", nullptr},
     {"draft-memory", "--draft-memory", "TEXT",
      "memory budget of the draft model, weights + its KV cache, e.g. 64MiB (default: smaller than the target)",

@@ -21,7 +21,8 @@ const std::vector<std::string> kCommands = {"run", "eval", "serve", "bench"};
 const std::vector<std::string> kSharedFlags = {"--threads",  "--device",    "--kv-type",           "--kv-policy",
                                                "--kv-budget", "--kv-budget-of", "--kv-buffer",     "--kv-protect-prompt",
                                                "--kv-seed",  "--kv-quant",  "--kv-memory", "--spec",
-                                               "--spec-k",   "--spec-skip", "--draft",     "--draft-memory"};
+                                               "--spec-k",   "--spec-skip", "--spec-candidates", "--spec-rule",
+                                               "--draft",    "--draft-memory"};
 
 class EngineFlags : public ::testing::Test {
  protected:
@@ -69,6 +70,9 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
       {"--device tpu", "--device 'tpu': expected cpu or cuda"},
       {"--spec medusa", "--spec: speculative method 'medusa' is not none, draft, ngram or layerskip"},
       {"--spec-k 0", "--spec-k: 0 is not in [1, 32]"},
+      {"--spec-candidates 9", "--spec-candidates: 9 is not in [1, 8]"},
+      {"--spec-candidates two", "--spec-candidates: 'two' is not a number"},
+      {"--spec-rule spectr", "--spec-rule: multi-candidate rule 'spectr' is not standard or resispec"},
       {"--draft-memory 3Q", "--draft-memory: '3Q' is not a size"},
       {"--spec ngram --draft x.gguf", "--draft: a draft model is for --spec draft, not --spec ngram"},
   };
@@ -101,6 +105,14 @@ TEST_F(EngineFlags, SpeculationIsRefusedWhereItCannotRun) {
                        "frugal run: --spec draft: name the draft model with --draft MODEL.gguf");
   expect_clean_failure(run_frugal(command("run", "--draft /nonexistent/draft.gguf")), "frugal run: --draft");
   expect_clean_failure(run_frugal(command("bench", "--spec ngram")), "frugal bench: --spec ngram: bench measures");
+  expect_clean_failure(run_frugal(command("bench", "--spec-candidates 2")),
+                       "frugal bench: --spec-candidates 2: bench measures");
+  expect_clean_failure(run_frugal(command("run", "--spec ngram --spec-candidates 2")),
+                       "frugal run: speculative: spec-candidates = 2 needs a drafter that samples its drafts (draft or "
+                       "layerskip); ngram proposes one continuation with certainty");
+  expect_clean_failure(run_frugal(command("run", "--spec-candidates 3")),
+                       "frugal run: speculative: spec-candidates = 3 needs a drafter (--spec draft or layerskip); plain "
+                       "decoding has no drafts");
   // The tiny model as its own draft: not smaller than its target.
   expect_clean_failure(run_frugal(command("run", "--draft " + *model_)),
                        "frugal run: draft model: its weights take");
@@ -120,6 +132,12 @@ TEST_F(EngineFlags, GoodValuesAreHonoured) {
   r = run_frugal(command("run", "-n 6 --temp 0 -t 1 --spec ngram --spec-k 4 --json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"method\":\"ngram\""), std::string::npos) << r.out;
+  // The tiny model as its own draft, under an explicit budget (it is not smaller than itself).
+  r = run_frugal(command("run", "-n 6 --temp 1 -t 1 --draft " + *model_ +
+                                    " --draft-memory 1GiB --spec-k 3 --spec-candidates 2 --spec-rule resispec --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"candidates\":2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"rule\":\"resispec\""), std::string::npos) << r.out;
   r = run_frugal(command("eval", "--tasks passkey --lengths 192 -n 1 --no-ref -q -t 1 --kv-quant int8"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("kv-quant=int8"), std::string::npos) << "the configuration's label names the flag: " << r.out;

@@ -8,6 +8,7 @@
 
 #include "frugal/core/half.h"
 #include "frugal/decode/speculative/draft_length.h"
+#include "frugal/decode/speculative/chain_verify.h"
 #include "frugal/decode/speculative/verify.h"
 
 namespace frugal {
@@ -141,6 +142,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   KvCacheOptions ko = model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype);
   ko.n_pages = n_pages;
   std::unique_ptr<speculative::Drafter> drafter;
+  if (opts.spec.method == speculative::Method::kNone && opts.spec.candidates != 1) {
+    return error(ErrorCode::kInvalidArgument,
+                 "speculative: spec-candidates = {} needs a drafter (--spec draft or layerskip); plain decoding has "
+                 "no drafts",
+                 opts.spec.candidates);
+  }
   if (opts.spec.method != speculative::Method::kNone) {
     const char* method = speculative::method_name(opts.spec.method);
     // Verification rolls rejected tokens back out of the host page tables; a device-resident
@@ -159,10 +166,17 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     speculative::DrafterContext dc;
     dc.target = &model;
     dc.backend = &backend;
-    dc.n_slots = opts.n_parallel;
+    // A draft KV sequence per chain of every slot (chain_slot()).
+    dc.n_slots = opts.n_parallel * opts.spec.candidates;
     dc.capacity = static_cast<int32_t>(capacity);
     dc.kv_dtype = opts.kv_dtype;
     FRUGAL_ASSIGN_OR_RETURN(drafter, speculative::make_drafter(opts.spec, dc));
+    if (opts.spec.candidates > 1) {
+      // Chains past the first run in KV slots of their own that share the sequence's pages for
+      // one pass; they draw on the pool of the scheduler's slots, which stays the same size.
+      ko.n_pages = kv_pool_pages(ko);
+      ko.n_seq = opts.n_parallel * opts.spec.candidates;
+    }
   }
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(ko));
   return std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv), static_cast<int32_t>(capacity),
@@ -196,10 +210,12 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
   }
   greedy_.resize(static_cast<size_t>(opts.n_parallel));
   drafter_ = std::move(drafter);
-  // A speculating sequence asks for logits at its last token and at each of up to k drafts.
-  const size_t rows_per_slot = drafter_ ? 1 + static_cast<size_t>(opts.spec.k) : 1;
+  // A speculating sequence asks for logits at its last token and at each of up to k drafts per chain.
+  const size_t rows_per_slot =
+      drafter_ ? 1 + static_cast<size_t>(opts.spec.k) * static_cast<size_t>(opts.spec.candidates) : 1;
   logits_.resize(static_cast<size_t>(opts.n_parallel) * rows_per_slot * n_vocab);
-  drafts_.resize(static_cast<size_t>(opts.n_parallel));
+  drafts_.assign(static_cast<size_t>(opts.n_parallel),
+                 std::vector<speculative::Draft>(drafter_ ? static_cast<size_t>(opts.spec.candidates) : 1));
   spec_probs_.resize(n_vocab);
   masked_.resize(n_vocab);
   const auto& ko = kv_.options();
@@ -324,8 +340,12 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
     dp.seed = act->sampler.seed() ^ 0x5bd1e9955bd1e995ull;
     if (dp.seed == kSeedFromTime) dp.seed = 0;
     act->draft_sampler.emplace(dp, n_vocab);
+    // The cost ratio is weight bytes read per draft pass, which the chains of a sequence share
+    // (one batched pass per draft position for all of them).
     act->draft_len.emplace(opts_.spec.k, drafter_->cost_ratio());
     act->spec.method = speculative::method_name(drafter_->method());
+    act->spec.candidates = opts_.spec.candidates;
+    act->spec.rule = speculative::candidate_rule_name(opts_.spec.rule);
   }
   act->prefill_rec.energy.source = tel_->meter().source();
   act->decode_rec.energy.source = tel_->meter().source();
@@ -438,9 +458,17 @@ void Engine::step() {
       batch_.add(toks[static_cast<size_t>(p)], p, it.slot, it.logits && p + 1 == it.end);
     }
     // A draft continues the sequence in the same pass, with the target's logits at every token.
-    const std::vector<TokenId>& drafted = drafts_[static_cast<size_t>(it.slot)].tokens;
-    for (size_t j = 0; j < drafted.size(); ++j) batch_.add(drafted[j], it.end + static_cast<int32_t>(j), it.slot, true);
-    step_tokens += static_cast<int64_t>(drafted.size());
+    // Every other chain continues a copy of the sequence (its KV slot shares the rows before the
+    // last token) from the last token on, whose row there needs no logits: it is row 0's.
+    const std::vector<speculative::Draft>& chains = drafts_[static_cast<size_t>(it.slot)];
+    for (size_t c = 0; c < chains.size(); ++c) {
+      const std::vector<TokenId>& drafted = chains[c].tokens;
+      if (drafted.empty()) continue;
+      const int kv_slot = chain_slot(it.slot, static_cast<int>(c));
+      if (c > 0) batch_.add(toks[static_cast<size_t>(it.end - 1)], it.end - 1, kv_slot, false);
+      for (size_t j = 0; j < drafted.size(); ++j) batch_.add(drafted[j], it.end + static_cast<int32_t>(j), kv_slot, true);
+    }
+    step_tokens += static_cast<int64_t>(draft_rows(it.slot));
   }
   // The step's energy: one counter interval around all of its passes (none when nothing runs or
   // there is no counter), shared among its sequences by tokens below.
@@ -449,7 +477,8 @@ void Engine::step() {
   telemetry::IntervalMeter step_meter(metered ? &tel_->meter() : nullptr);
   // A step carrying drafts computes every row as one-token decoding would (Batch::row_invariant),
   // so greedy verification keeps exactly plain decoding's tokens.
-  batch_.row_invariant = std::any_of(drafts_.begin(), drafts_.end(), [](const auto& d) { return !d.tokens.empty(); });
+  batch_.row_invariant = false;
+  for (size_t slot = 0; slot < drafts_.size(); ++slot) batch_.row_invariant |= has_drafts(static_cast<int>(slot));
   // Verification reads whole logits rows, one per drafted token.
   if (batch_.row_invariant) greedy_step = false;
   Status shared_st = ok_status();
@@ -476,7 +505,8 @@ void Engine::step() {
       picked = greedy_[row++];
     } else if (it.logits) {
       out = logits_.data() + row * n_vocab;
-      row += 1 + drafts_[static_cast<size_t>(it.slot)].tokens.size();
+      row += 1;
+      for (const auto& d : drafts_[static_cast<size_t>(it.slot)]) row += d.tokens.size();
     }
     if (!st.ok()) {
       finish(it.id, FinishReason::kError, st);  // `r` is gone from here on
@@ -508,7 +538,7 @@ void Engine::step() {
       r.peak_held_bytes = std::max(r.peak_held_bytes, static_cast<uint64_t>(kv_.pages_held(it.slot)) * kv_.page_bytes());
     }
     // A sequence on its own KV state ran a pass of its own: all of that pass's weight reads are its.
-    const auto n_drafted = static_cast<int32_t>(drafts_[static_cast<size_t>(it.slot)].tokens.size());
+    const auto n_drafted = static_cast<int32_t>(draft_rows(it.slot));
     const double share =
         static_cast<double>(it.end - it.begin + n_drafted) / static_cast<double>(std::max<int64_t>(step_tokens, 1));
     telemetry::PhaseRecord& rec = prefill ? r.prefill_rec : r.decode_rec;
@@ -779,13 +809,37 @@ std::string Engine::speculation_refusal(const RequestOptions& req, bool own_kv, 
   return {};
 }
 
+size_t Engine::draft_rows(int slot) const {
+  const std::vector<speculative::Draft>& chains = drafts_[static_cast<size_t>(slot)];
+  size_t rows = 0;
+  for (size_t c = 0; c < chains.size(); ++c) {
+    if (chains[c].tokens.empty()) continue;
+    rows += chains[c].tokens.size() + (c > 0 ? 1 : 0);
+  }
+  return rows;
+}
+
+bool Engine::has_drafts(int slot) const {
+  for (const auto& d : drafts_[static_cast<size_t>(slot)]) {
+    if (!d.tokens.empty()) return true;
+  }
+  return false;
+}
+
 void Engine::draft(const StepPlan& plan) {
-  for (auto& d : drafts_) {
-    d.tokens.clear();
-    d.q.clear();
+  const int n_chains = static_cast<int>(drafts_.empty() ? 1 : drafts_.front().size());
+  for (size_t slot = 0; slot < drafts_.size(); ++slot) {
+    for (auto& d : drafts_[slot]) {
+      d.tokens.clear();
+      d.q.clear();
+    }
+    // Chain slots are emptied after their verify pass; one whose pass failed is emptied here.
+    for (int c = 1; c < n_chains; ++c) {
+      if (kv_.max_pos(chain_slot(static_cast<int>(slot), c)) >= 0) kv_.release(chain_slot(static_cast<int>(slot), c));
+    }
   }
   std::vector<speculative::DraftSequence> seqs;
-  std::vector<int> slots;
+  std::vector<std::pair<int, int>> where;  // per seqs[i]: (slot, chain)
   std::vector<Active*> owners;
   int32_t budget = opts_.max_step_tokens - plan.n_tokens();
   for (const auto& it : plan.items) {
@@ -801,10 +855,15 @@ void Engine::draft(const StepPlan& plan) {
     if (k <= 0) continue;
     // Drafts only use free pages: they never preempt or drop a cached prefix.
     if (uses_pool() && !kv_.reserve(it.slot, 1 + k).ok()) continue;
-    budget -= k;
-    seqs.push_back({it.slot, toks, k, &*r.draft_sampler});
-    slots.push_back(it.slot);
-    owners.push_back(&r);
+    // As many chains as the step's token budget takes (each k rows, and the last token again).
+    int chains = n_chains;
+    while (chains > 1 && static_cast<int64_t>(chains) * k + (chains - 1) > budget) --chains;
+    budget -= chains * k + (chains - 1);
+    for (int c = 0; c < chains; ++c) {
+      seqs.push_back({chain_slot(it.slot, c), toks, k, &*r.draft_sampler, c});
+      where.emplace_back(it.slot, c);
+      owners.push_back(&r);
+    }
   }
   if (seqs.empty()) return;
   std::vector<speculative::Draft> out(seqs.size());
@@ -820,8 +879,9 @@ void Engine::draft(const StepPlan& plan) {
   if (!st.ok()) {
     // The draft model failed (a broken draft file, not the request): its sequences end with why.
     for (size_t i = 0; i < seqs.size(); ++i) {
+      if (where[i].second != 0) continue;
       auto found = std::find_if(active_.begin(), active_.end(),
-                                [&](const auto& a) { return sched_.slot_of(a.first) == slots[i]; });
+                                [&](const auto& a) { return sched_.slot_of(a.first) == where[i].first; });
       if (found == active_.end()) continue;
       finish(found->first, FinishReason::kError, st.with_context("speculative drafter"));
     }
@@ -830,34 +890,102 @@ void Engine::draft(const StepPlan& plan) {
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (static_cast<int32_t>(out[i].tokens.size()) > seqs[i].max_tokens) {
       out[i].tokens.resize(static_cast<size_t>(seqs[i].max_tokens));
+      out[i].q.resize(out[i].q.empty() ? 0 : out[i].tokens.size() * static_cast<size_t>(model_.config().n_vocab));
     }
-    drafts_[static_cast<size_t>(slots[i])] = std::move(out[i]);
+    const auto [slot, c] = where[i];
+    if (c > 0 && !out[i].tokens.empty()) {
+      // The chain's KV slot takes the sequence's rows before its last token (shared pages) and
+      // room for the last token and the chain; without free pages the chain is dropped.
+      const int32_t before_last = static_cast<int32_t>(seqs[i].tokens.size()) - 1;
+      const int kv_slot = chain_slot(slot, c);
+      if (!kv_.share_prefix(slot, kv_slot, before_last).ok() ||
+          !kv_.reserve(kv_slot, 1 + static_cast<int32_t>(out[i].tokens.size())).ok()) {
+        kv_.release(kv_slot);
+        continue;
+      }
+    }
+    drafts_[static_cast<size_t>(slot)][static_cast<size_t>(c)] = std::move(out[i]);
   }
 }
 
 void Engine::verify(Active& r, const StepItem& it, const float* logits) {
-  const speculative::Draft& d = drafts_[static_cast<size_t>(it.slot)];
+  std::vector<speculative::Draft>& chains = drafts_[static_cast<size_t>(it.slot)];
   const auto n_vocab = static_cast<size_t>(model_.config().n_vocab);
-  const auto n_drafted = static_cast<int32_t>(d.tokens.size());
   const auto toks = sched_.tokens(r.id);
   const auto n_tok = static_cast<int32_t>(toks.size());  // == it.end: the last token was just computed
-  spec_history_.assign(toks.begin(), toks.end());
-  spec_history_.insert(spec_history_.end(), d.tokens.begin(), d.tokens.end());
-  const speculative::Verdict v =
-      speculative::verify_draft(logits, n_vocab, spec_history_, d, r.sampler, spec_probs_);
-  const int32_t accepted = v.accepted;
-  const TokenId next = v.next;
-  // Rows of rejected drafts go; positions < n_tok + accepted are the sequence's tokens so far.
-  kv_.truncate(it.slot, n_tok + accepted);
+  int32_t chain = 0, accepted = 0;
+  TokenId next = -1;
+  // rows[c][d]: the target's row after the sequence and chain c's first d tokens, in the order
+  // the batch gave them (chain 0 from the slot's last token on, then each other chain's tokens).
+  std::vector<std::vector<const float*>> rows(chains.size());
+  const float* at = logits;
+  for (size_t c = 0; c < chains.size(); ++c) {
+    if (c == 0) {
+      rows[c].push_back(at);
+      at += n_vocab;
+    } else {
+      rows[c].push_back(logits);  // the same prefix: chain 0's first row
+    }
+    for (size_t j = 0; j < chains[c].tokens.size(); ++j) {
+      rows[c].push_back(at);
+      at += n_vocab;
+    }
+  }
+  if (opts_.spec.candidates == 1) {
+    const speculative::Draft& d = chains[0];
+    spec_history_.assign(toks.begin(), toks.end());
+    spec_history_.insert(spec_history_.end(), d.tokens.begin(), d.tokens.end());
+    const speculative::Verdict v = speculative::verify_draft(logits, n_vocab, spec_history_, d, r.sampler, spec_probs_);
+    accepted = v.accepted;
+    next = v.next;
+  } else {
+    // Chains left empty (no pages, or no budget) take no part.
+    std::vector<speculative::Draft> live;
+    std::vector<std::vector<const float*>> live_rows;
+    std::vector<int32_t> live_chain;
+    for (size_t c = 0; c < chains.size(); ++c) {
+      if (chains[c].tokens.empty()) continue;
+      live.push_back(std::move(chains[c]));
+      live_rows.push_back(rows[c]);
+      live_chain.push_back(static_cast<int32_t>(c));
+    }
+    const speculative::ChainVerdict v = speculative::verify_chains(live_rows, n_vocab, toks, live, opts_.spec.rule,
+                                                                   r.sampler, spec_probs_, spec_scratch_);
+    for (size_t i = 0; i < live.size(); ++i) chains[static_cast<size_t>(live_chain[i])] = std::move(live[i]);
+    chain = live_chain[static_cast<size_t>(v.chain)];
+    accepted = v.accepted;
+    next = v.next;
+  }
+  const speculative::Draft& d = chains[static_cast<size_t>(chain)];
+  // Rows of rejected drafts go: positions < n_tok + accepted are the sequence's tokens so far.
+  // When another chain holds them, the slot takes that chain's rows (its pages, shared).
+  bool kept_rows = true;
+  if (chain == 0) {
+    kv_.truncate(it.slot, n_tok + accepted);
+  } else {
+    kept_rows = kv_.share_prefix(chain_slot(it.slot, chain), it.slot, n_tok + accepted).ok();
+  }
+  for (size_t c = 1; c < chains.size(); ++c) kv_.release(chain_slot(it.slot, static_cast<int>(c)));
+  if (!kept_rows) {
+    // Not reached: the chain's slot holds positions [0, n_tok + accepted) by construction.
+    kv_.clear(it.slot);
+    sched_.drop_cache(it.slot);
+    finish(r.id, FinishReason::kError,
+           error(ErrorCode::kCorrupt, "speculative: the kept chain's KV rows could not be taken over"));
+    return;
+  }
+  const auto n_drafted = static_cast<int32_t>(d.tokens.size());
   r.draft_len->update(n_drafted, accepted);
   ++r.spec.passes;
-  r.spec.drafted += n_drafted;
+  for (const auto& c : chains) r.spec.drafted += static_cast<int64_t>(c.tokens.size());
   r.spec.accepted += accepted;
+  if (chain != 0 && accepted > 0) ++r.spec.other_chain;
   const SeqId id = r.id;
+  const std::vector<const float*>& path = rows[static_cast<size_t>(chain)];
   for (int32_t j = 0; j <= accepted; ++j) {
     const TokenId t = j < accepted ? d.tokens[static_cast<size_t>(j)] : next;
     ++r.spec.emitted;
-    if (!emit(r, t, logits + static_cast<size_t>(j) * n_vocab)) {
+    if (!emit(r, t, path[static_cast<size_t>(j)])) {
       // Ended (`r` is gone): the slot keeps, as after plain decoding, the rows of the tokens before
       // the last one emitted, not those of kept drafts nobody will read.
       kv_.truncate(it.slot, n_tok + j);

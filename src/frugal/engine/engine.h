@@ -158,9 +158,21 @@ class Engine {
   Batch batch_;
   Batch own_batch_;                    // one sequence with a KV state of its own
   std::unique_ptr<speculative::Drafter> drafter_;  // null: no speculation
-  std::vector<speculative::Draft> drafts_;  // [slot] this step's draft (empty: none)
+  // [slot][chain] this step's drafts (chain 0 only, unless spec.candidates > 1; empty: none).
+  // Chain 0 runs in the slot itself, chain c > 0 in the KV slot chain_slot(slot, c), which shares
+  // the slot's rows (pages) for the pass and is emptied after it.
+  std::vector<std::vector<speculative::Draft>> drafts_;
   std::vector<TokenId> spec_history_;       // tokens + a draft, for the sampler's penalties
   std::vector<float> spec_probs_;           // [n_vocab] the target's distribution at one position
+  speculative::CandidateScratch spec_scratch_;
+  // The KV (and draft) slot of chain c of sequence slot `slot`: past the scheduler's slots.
+  int chain_slot(int slot, int c) const {
+    return c == 0 ? slot : opts_.n_parallel + slot * (opts_.spec.candidates - 1) + (c - 1);
+  }
+  // Target rows the slot's drafts add to the pass: each chain's tokens, and the sequence's last
+  // token once more in every other chain's KV slot.
+  size_t draft_rows(int slot) const;
+  bool has_drafts(int slot) const;
   std::vector<AttentionObserver*> slot_observers_;  // [slot] during a step's forward pass
   int64_t promised_pages_ = 0;         // pages admissions of the current plan will need
   std::chrono::steady_clock::time_point t0_;

@@ -110,7 +110,7 @@ Result<uint64_t> parse_u64(const std::string& label, const std::string& value) {
 std::vector<std::string> generate_option_names() {
   return {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
           "kv-policy", "kv-budget", "kv-budget-of", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant",
-          "kv-memory", "spec", "spec-k", "spec-skip", "draft", "draft-memory"};
+          "kv-memory", "spec", "spec-k", "spec-skip", "spec-candidates", "spec-rule", "draft", "draft-memory"};
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value,
@@ -193,6 +193,20 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
     }
     return ok_status();
   }
+  if (name == "spec-candidates") {
+    FRUGAL_ASSIGN_OR_RETURN(o.spec.candidates, parse_int(label, value));
+    if (o.spec.candidates < 1 || o.spec.candidates > speculative::kMaxCandidates) {
+      return error(ErrorCode::kInvalidArgument, "{}: {} is not in [1, {}]", label, o.spec.candidates,
+                   speculative::kMaxCandidates);
+    }
+    return ok_status();
+  }
+  if (name == "spec-rule") {
+    auto rule = speculative::parse_candidate_rule(value);
+    if (!rule.ok()) return rule.status().with_context(label);
+    o.spec.rule = *rule;
+    return ok_status();
+  }
   if (name == "spec-skip") {
     FRUGAL_ASSIGN_OR_RETURN(o.spec.skip_layers, parse_int(label, value));
     if (o.spec.skip_layers < 0) {
@@ -236,6 +250,9 @@ std::string describe_generate_options(const GenerateOptions& o) {
     kv += fmt::format(" spec={} spec-k={}", speculative::method_name(o.spec.method), o.spec.k);
     if (o.spec.method == speculative::Method::kDraft) kv += fmt::format(" draft={}", o.spec.draft_path);
     if (o.spec.method == speculative::Method::kLayerSkip) kv += fmt::format(" spec-skip={}", o.spec.skip_layers);
+    if (o.spec.candidates > 1) {
+      kv += fmt::format(" spec-candidates={} spec-rule={}", o.spec.candidates, speculative::candidate_rule_name(o.spec.rule));
+    }
   }
   return fmt::format("kv-type={} temp={} top-k={} top-p={} min-p={} seed={} n-batch={} ctx-size={}{}",
                      dtype_name(o.kv_dtype), o.sampling.temperature, o.sampling.top_k, o.sampling.top_p,

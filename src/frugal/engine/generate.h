@@ -60,7 +60,7 @@ namespace frugal {
 // Sets one generation option by its CLI name ("kv-type", "temp", "top-k", "top-p", "min-p",
 // "seed", "n-batch", "ctx-size", "n-predict", "kv-policy", "kv-budget", "kv-buffer",
 // "kv-budget-of", "kv-protect-prompt", "kv-seed", "kv-quant", "kv-memory", "spec", "spec-k",
-// "spec-skip", "draft", "draft-memory"), so `eval --sweep NAME=v1,v2` and reference
+// "spec-skip", "spec-candidates", "spec-rule", "draft", "draft-memory"), so `eval --sweep NAME=v1,v2` and reference
 // configurations can name any of them, and the CLI's engine flags parse their values here too.
 // kInvalidArgument names the option and the bad value; `label` is how messages name the option
 // (empty: "option NAME"; the CLI passes "--NAME").

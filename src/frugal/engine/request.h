@@ -66,10 +66,13 @@ struct RequestOptions {
 // What speculative decoding did for one request (all zero without it).
 struct SpeculativeStats {
   std::string method = "none";  // speculative::method_name()
+  int32_t candidates = 1;       // drafts per verify pass (spec-candidates)
+  std::string rule = "standard";  // how they are verified (speculative::candidate_rule_name())
   int64_t passes = 0;           // verify passes of the target (decode steps with a draft)
-  int64_t drafted = 0;          // draft tokens proposed
+  int64_t drafted = 0;          // draft tokens proposed (of every candidate chain)
   int64_t accepted = 0;         // of those, kept
   int64_t emitted = 0;          // tokens those passes produced (accepted + one of the target's each)
+  int64_t other_chain = 0;      // passes that kept tokens of a chain other than the first
   double draft_ms = 0;          // time spent drafting (a step's drafting shared by draft tokens)
   double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0; }
   double tokens_per_pass() const { return passes > 0 ? static_cast<double>(emitted) / passes : 0.0; }

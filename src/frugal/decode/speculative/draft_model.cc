@@ -24,6 +24,24 @@ std::string printable(const std::string& token) {
   }
   return out;
 }
+// The rank-th most likely token by logit other than `best` (rank >= 1; ties to the lower id): an
+// alternative first token for a greedy chain. Which alternatives are tried never changes greedy
+// output (a candidate is kept only when it is the target's argmax), so raw logits rank them.
+TokenId ranked_alternative(const float* logits, size_t n, TokenId best, int32_t rank) {
+  std::vector<TokenId> ids;
+  ids.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (static_cast<TokenId>(i) != best) ids.push_back(static_cast<TokenId>(i));
+  }
+  if (ids.empty()) return best;
+  const size_t r = std::min(static_cast<size_t>(rank), ids.size()) - 1;
+  const auto better = [&](TokenId a, TokenId b) {
+    const float la = logits[a], lb = logits[b];
+    return la > lb || (la == lb && a < b);
+  };
+  std::nth_element(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(r), ids.end(), better);
+  return ids[r];
+}
 }  // namespace
 
 Status check_same_vocabulary(const Model& target, const Model& draft) {
@@ -164,6 +182,7 @@ Status DraftModelDrafter::propose(std::span<const DraftSequence> seqs, std::span
       TokenId x;
       if (!(s.params().temperature > 0.0f)) {
         x = s.sample(row, history_[i]);  // greedy: the argmax after penalties, no draw
+        if (seqs[i].rank > 0 && out[i].tokens.empty()) x = ranked_alternative(row, nv, x, seqs[i].rank);
       } else {
         s.distribution(row, history_[i], probs_.data());
         x = sample_distribution(probs_, s.uniform());

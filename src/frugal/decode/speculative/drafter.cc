@@ -28,6 +28,16 @@ Status validate(const SpeculativeOptions& o) {
   if (o.k < 1 || o.k > 32) {
     return error(ErrorCode::kInvalidArgument, "speculative: spec-k = {} must be in [1, 32]", o.k);
   }
+  if (o.candidates < 1 || o.candidates > kMaxCandidates) {
+    return error(ErrorCode::kInvalidArgument, "speculative: spec-candidates = {} must be in [1, {}]", o.candidates,
+                 kMaxCandidates);
+  }
+  if (o.candidates > 1 && o.method == Method::kNgram) {
+    return error(ErrorCode::kInvalidArgument,
+                 "speculative: spec-candidates = {} needs a drafter that samples its drafts (draft or layerskip); "
+                 "ngram proposes one continuation with certainty",
+                 o.candidates);
+  }
   if (o.skip_layers < 0) {
     return error(ErrorCode::kInvalidArgument, "speculative: spec-skip = {} must be >= 1 (0: half the middle layers)",
                  o.skip_layers);

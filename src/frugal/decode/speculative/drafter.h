@@ -15,6 +15,7 @@
 #include "frugal/core/dtype.h"
 #include "frugal/core/status.h"
 #include "frugal/decode/sampler.h"
+#include "frugal/decode/speculative/multi_candidate.h"
 
 namespace frugal {
 class Backend;
@@ -42,8 +43,14 @@ struct SpeculativeOptions {
                                  // its weights be smaller than the target's
   int32_t ngram_max = 3;         // longest suffix the n-gram drafter looks up
   int32_t skip_layers = 0;       // --spec-skip: layers the layer-skip drafter skips (0: half the middle ones)
+  // --spec-candidates: drafts per verify pass, each drawn independently from the draft and verified
+  // together (chain_verify.h); 1: one draft, Leviathan / Chen's rule.
+  int32_t candidates = 1;
+  CandidateRule rule = CandidateRule::kStandard;  // --spec-rule: how the candidates are verified
 };
-// kInvalidArgument naming the field (k outside [1, 32], a draft method without a draft model).
+inline constexpr int32_t kMaxCandidates = 8;
+// kInvalidArgument naming the field (k outside [1, 32], candidates outside [1, kMaxCandidates] or
+// above 1 for a drafter whose proposals are certain, a draft method without a draft model).
 Status validate(const SpeculativeOptions& o);
 
 // One sequence to draft for.
@@ -53,6 +60,9 @@ struct DraftSequence {
   int32_t max_tokens = 0;            // propose at most this many
   Sampler* sampler = nullptr;        // the request's sampling transform and a generator of the
                                      // drafter's own (draws here never move the target's stream)
+  // Under greedy decoding, the first token is the draft's rank-th most likely one (0: its argmax),
+  // so that the chains of one sequence differ; sampling ignores it (every chain is its own draw).
+  int32_t rank = 0;
 };
 
 struct Draft {
