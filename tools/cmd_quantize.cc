@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include "command.h"
@@ -160,9 +161,9 @@ int quantize_cmd(const QuantizeArgs& a) {
   if (a.ocg) {
     // One line: packed groups per kind of site, and the sites left in their order.
     int res = 0, down = 0, attn = 0, n_down = 0, n_attn = 0;
-    std::string left;
+    std::map<std::string, int> left_as_is;  // "ffn_down: why" -> layers
     for (const auto& s : r->ocg_sites) {
-      if (!s.note.empty()) left += "; " + s.name + ": " + s.note;
+      if (!s.note.empty()) left_as_is[s.name.substr(s.name.rfind('.') + 1) + ": " + s.note] += 1;
       if (s.name == "residual") {
         res += s.anchors;
       } else if (s.name.ends_with("ffn_down")) {
@@ -173,6 +174,8 @@ int quantize_cmd(const QuantizeArgs& a) {
         ++n_attn;
       }
     }
+    std::string left;
+    for (const auto& [what, n] : left_as_is) left += "; " + what + " (" + std::to_string(n) + "x)";
     std::fprintf(stderr,
                  "frugal quantize: OCG packed groups: residual stream %d, ffn_down inputs %d (%d layers), attn_output "
                  "inputs %d (%d layers)%s\n",
