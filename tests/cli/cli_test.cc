@@ -204,6 +204,14 @@ TEST_F(CliBadInput, OcgNeedsNvfp4AndAnImatrix) {
   EXPECT_NE(r.err.find("--act-quant: int4 not in {none,nvfp4}"), std::string::npos) << r.err;
 }
 
+// `run --act-quant nvfp4` generates through the W4A4 emulation, on the CPU backend only.
+TEST_F(CliBadInput, RunWithNvfp4Activations) {
+  const CmdResult r = run_frugal("run -m " + *good_ + " -p 'hello' -n 4 --temp 0 --act-quant nvfp4");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  expect_clean_failure(run_frugal("run -m " + *good_ + " -p 'hello' -n 4 --act-quant nvfp4 --device cuda"),
+                       "--act-quant nvfp4 runs on the CPU backend only (not --device cuda)");
+}
+
 // The whole path: imatrix from text, NVFP4 with OCG and H-Scale, scored against the base with and
 // without NVFP4 activations (W4A4 must cost more than W4A16 on this model).
 TEST_F(CliBadInput, OcgWithHScaleAndW4A4Runs) {
