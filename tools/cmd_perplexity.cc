@@ -8,16 +8,40 @@
 #include "engine_options.h"
 #include "frugal/eval/harness.h"
 #include "frugal/eval/kl_divergence.h"
+#include "frugal/quantize/nvfp4_activation_backend.h"
 
 namespace frugal::cli {
 namespace {
 
 struct PerplexityArgs {
   std::string model, file, kl_base, kl_values;
+  std::string act_quant = "none";
   int n_ctx = 512;
   bool kl = false;
   EngineFlags engine;
 };
+
+// The backend the model runs on: the CPU backend, wrapped for --act-quant nvfp4 (W4A4 emulation).
+struct EvalBackend {
+  std::unique_ptr<Backend> cpu;
+  std::unique_ptr<quantize::Nvfp4ActivationBackend> act;
+  Backend& get() { return act ? static_cast<Backend&>(*act) : *cpu; }
+};
+
+EvalBackend make_eval_backend(const Model& model, const PerplexityArgs& a) {
+  EvalBackend b;
+  CpuBackendOptions bo;
+  bo.n_threads = resolve_threads(a.engine.threads);
+  b.cpu = make_cpu_backend(bo);
+  if (a.act_quant == "nvfp4") {
+    b.act = std::make_unique<quantize::Nvfp4ActivationBackend>(model, *b.cpu);
+    for (const std::string& s : b.act->skipped()) {
+      std::fprintf(stderr, "frugal perplexity: %s: input length not a multiple of 16, activations left in float\n",
+                   s.c_str());
+    }
+  }
+  return b;
+}
 
 int perplexity_cmd(const PerplexityArgs& a) {
   const std::string& model = a.model;
@@ -35,11 +59,9 @@ int perplexity_cmd(const PerplexityArgs& a) {
   if (a.kl) {
     auto lm0 = load_model(*path, true);
     if (!lm0.ok()) return fail(cmd, lm0.status().message());
-    CpuBackendOptions bo;
-    bo.n_threads = resolve_threads(engine.threads);
-    auto be = make_cpu_backend(bo);
+    EvalBackend be = make_eval_backend(*lm0->model, a);
     const TokenId bos = lm0->tokenizer->add_bos() ? lm0->tokenizer->bos() : -1;
-    auto r = eval::kl_divergence(*lm0->model, *be, a.kl_base, engine_opts.kv_dtype, bos);
+    auto r = eval::kl_divergence(*lm0->model, be.get(), a.kl_base, engine_opts.kv_dtype, bos);
     if (!r.ok()) return fail(cmd, r.status().message());
     std::printf("%s", eval::kl_report(*r).c_str());
     if (!a.kl_values.empty()) {
@@ -60,13 +82,11 @@ int perplexity_cmd(const PerplexityArgs& a) {
   to.add_special = true;  // BOS first, as llama-perplexity tokenizes the text
   auto tokens = lm->tokenizer->encode(*text, to);
   if (!tokens.ok()) return fail(cmd, file + ": " + tokens.status().message());
-  CpuBackendOptions bo;
-  bo.n_threads = resolve_threads(engine.threads);
-  auto be = make_cpu_backend(bo);
+  EvalBackend be = make_eval_backend(*lm->model, a);
   const TokenId bos = lm->tokenizer->add_bos() ? lm->tokenizer->bos() : -1;
   auto res = a.kl_base.empty()
-                 ? eval::perplexity(*lm->model, *be, *tokens, n_ctx, engine_opts.kv_dtype, bos)
-                 : eval::save_kl_base(*lm->model, *be, *tokens, n_ctx, engine_opts.kv_dtype, bos, a.kl_base);
+                 ? eval::perplexity(*lm->model, be.get(), *tokens, n_ctx, engine_opts.kv_dtype, bos)
+                 : eval::save_kl_base(*lm->model, be.get(), *tokens, n_ctx, engine_opts.kv_dtype, bos, a.kl_base);
   if (!res.ok()) return fail(cmd, res.status().message());
   std::printf("perplexity %.4f ± %.4f over %lld tokens (%lld windows of %d)\n", res->ppl, res->ppl_stderr,
               static_cast<long long>(res->scored_tokens), static_cast<long long>(res->windows), n_ctx);
@@ -83,6 +103,11 @@ RunFn setup(CLI::App& app) {
   app.add_flag("--kl-divergence", a->kl, "score the model against --kl-divergence-base FILE: KLD, Δp, same top");
   app.add_option("--kl-values", a->kl_values,
                  "with --kl-divergence: write each scored position's KLD to FILE, one per line, in order");
+  app.add_option("--act-quant", a->act_quant,
+                 "none, or nvfp4: quantize the input of every block linear layer to NVFP4 (16-element groups, E4M3 "
+                 "scales, per-token global scale) before the product: W4A4 emulated on the CPU")
+      ->check(CLI::IsMember({"none", "nvfp4"}))
+      ->capture_default_str();
   add_engine_flags(app, a->engine, {}, {"--threads", "--kv-type"});
   return [a]() { return perplexity_cmd(*a); };
 }

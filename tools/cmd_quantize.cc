@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include "command.h"
 #include "common.h"
+#include "frugal/quantize/importance_collector.h"
 #include "frugal/quantize/model_quantizer.h"
 
 namespace frugal::cli {
@@ -15,6 +17,8 @@ namespace {
 
 struct QuantizeArgs {
   std::string input, output, type, imatrix, output_type, token_type;
+  std::string calibration;  // text to compute the importance matrix from, instead of --imatrix
+  int calibration_ctx = 512;
   std::string nvfp4_scale = "rtn";
   int hscale_radius = quant::kHScaleDefaultRadius;
   bool nvfp4_flags_given = false;   // --nvfp4-scale or --hscale-radius on the command line
@@ -22,6 +26,7 @@ struct QuantizeArgs {
   std::vector<std::string> tensor_types;
   bool pure = false;
   bool allow_requantize = false;
+  bool ocg = false;
   bool list = false;
   int threads = 0;
 };
@@ -87,10 +92,51 @@ int quantize_cmd(const QuantizeArgs& a) {
                            " has no NVFP4 tensors (use type NVFP4, or --tensor-type PATTERN=nvfp4)");
     }
   }
+  if (a.ocg) {
+    const bool nvfp4_rule =
+        std::any_of(o.tensor_types.begin(), o.tensor_types.end(), [](const auto& r) { return r.type == DType::kNVFP4; });
+    const DType base = target->base;
+    const bool float_type = base == DType::kF32 || base == DType::kF16 || base == DType::kBF16;
+    if (target->file_type != quantize::FileType::kNVFP4 && !nvfp4_rule && !float_type) {
+      return fail(cmd, "--ocg groups channels for NVFP4's 16-element scales, but type " + a.type +
+                           " has no NVFP4 tensors (use type NVFP4, --tensor-type PATTERN=nvfp4, or F32/F16/BF16 for "
+                           "the reordering alone)");
+    }
+    if (a.imatrix.empty() && a.calibration.empty()) {
+      return fail(cmd, "--ocg needs calibration statistics: pass --imatrix FILE or --calibration TEXT");
+    }
+  }
   if (a.hscale_radius_given && a.nvfp4_scale != "hscale") return fail(cmd, "--hscale-radius needs --nvfp4-scale hscale");
   o.nvfp4_scale = a.nvfp4_scale == "hscale" ? quantize::Nvfp4Scale::kHScale : quantize::Nvfp4Scale::kRtn;
   o.hscale_radius = a.hscale_radius;
+  o.ocg = a.ocg;
   std::unique_ptr<quantize::Imatrix> imatrix;
+  if (!a.imatrix.empty() && !a.calibration.empty()) return fail(cmd, "pass --imatrix FILE or --calibration TEXT, not both");
+  if (!a.calibration.empty()) {
+    // The importance matrix `frugal imatrix -f TEXT -c N` would write, computed on the input model.
+    auto text = read_prompt("", a.calibration);
+    if (!text.ok()) return fail(cmd, text.status().message());
+    auto lm = load_model(a.input, false);
+    if (!lm.ok()) return fail(cmd, lm.status().message());
+    TokenizeOptions to;
+    to.add_special = true;
+    auto tokens = lm->tokenizer->encode(*text, to);
+    if (!tokens.ok()) return fail(cmd, a.calibration + ": " + tokens.status().message());
+    CpuBackendOptions bo;
+    bo.n_threads = o.n_threads;
+    auto be = make_cpu_backend(bo);
+    quantize::ImatrixRunOptions ro;
+    ro.n_ctx = a.calibration_ctx;
+    ro.bos = lm->tokenizer->add_bos() ? lm->tokenizer->bos() : -1;
+    ro.dataset = a.calibration;
+    auto m = quantize::collect_imatrix(*lm->model, *be, *tokens, ro);
+    if (!m.ok()) return fail(cmd, a.calibration + ": " + m.status().message());
+    std::fprintf(stderr, "frugal quantize: importance matrix from %s: %d chunks of %d tokens\n", a.calibration.c_str(),
+                 m->chunks, a.calibration_ctx);
+    imatrix = std::make_unique<quantize::Imatrix>(std::move(*m));
+    o.imatrix = imatrix.get();
+    o.imatrix_path = a.calibration;
+  }
   if (!a.imatrix.empty()) {
     auto m = quantize::read_imatrix(a.imatrix);
     if (!m.ok()) return fail(cmd, m.status().message());
@@ -112,6 +158,29 @@ int quantize_cmd(const QuantizeArgs& a) {
                r->n_fallback ? (", " + std::to_string(r->n_fallback) + " with a fallback type").c_str() : "", mb_in,
                static_cast<double>(r->output_tensor_bytes) / 1e6, static_cast<unsigned long long>(r->output_file_bytes),
                r->seconds, mb_in / std::max(r->seconds, 1e-9));
+  if (a.ocg) {
+    // One line: packed groups per kind of site, and the sites left in their order.
+    int res = 0, down = 0, attn = 0, n_down = 0, n_attn = 0;
+    std::map<std::string, int> left_as_is;  // "ffn_down: why" -> layers
+    for (const auto& s : r->ocg_sites) {
+      if (!s.note.empty()) left_as_is[s.name.substr(s.name.rfind('.') + 1) + ": " + s.note] += 1;
+      if (s.name == "residual") {
+        res += s.anchors;
+      } else if (s.name.ends_with("ffn_down")) {
+        down += s.anchors;
+        ++n_down;
+      } else {
+        attn += s.anchors;
+        ++n_attn;
+      }
+    }
+    std::string left;
+    for (const auto& [what, n] : left_as_is) left += "; " + what + " (" + std::to_string(n) + "x)";
+    std::fprintf(stderr,
+                 "frugal quantize: OCG packed groups: residual stream %d, ffn_down inputs %d (%d layers), attn_output "
+                 "inputs %d (%d layers)%s\n",
+                 res, down, n_down, attn, n_attn, left.empty() ? "" : (" | left as is" + left).c_str());
+  }
   if (imatrix && r->n_imatrix_missing > 0) {
     std::fprintf(stderr, "frugal quantize: %d quantized tensors had no imatrix entry (quantized without one)\n",
                  r->n_imatrix_missing);
@@ -125,6 +194,10 @@ RunFn setup(CLI::App& app) {
   app.add_option("output", a->output, "output GGUF (written whole or not at all)");
   app.add_option("type", a->type, "target type or mix: see --list");
   app.add_option("--imatrix", a->imatrix, "importance matrix (.dat from `frugal imatrix` or llama-imatrix)");
+  app.add_option("--calibration", a->calibration,
+                 "calibration text: compute the importance matrix from it first (as `frugal imatrix -f TEXT`), "
+                 "instead of --imatrix");
+  app.add_option("--calibration-ctx", a->calibration_ctx, "with --calibration: tokens per chunk")->capture_default_str();
   app.add_flag("--pure", a->pure, "no mix rules: every quantized tensor gets the base type");
   app.add_option("--tensor-type", a->tensor_types,
                  "PATTERN=TYPE: tensors whose name matches the regular expression get TYPE (repeatable, first wins)");
@@ -141,6 +214,10 @@ RunFn setup(CLI::App& app) {
                                     "125 tries all 126 valid codes)")
                          ->check(CLI::Range(0, quant::kHScaleMaxRadius));
   app.add_flag("--allow-requantize", a->allow_requantize, "accept already-quantized input tensors");
+  app.add_flag("--ocg", a->ocg,
+               "Outlier-Companion Grouping: reorder channels so each activation outlier shares its NVFP4 group with "
+               "the 15 quietest channels, folded into the weights (needs --imatrix or --calibration; types NVFP4 or "
+               "F32/F16/BF16)");
   app.add_option("-t,--threads", a->threads, "threads (0: all cores)");
   app.add_flag("--list", a->list, "list the types and mixes");
   return [a, scale_opt, radius_opt]() {

@@ -14,9 +14,40 @@
 #include "frugal/engine/timings_json.h"
 #include "frugal/eval/score.h"
 #include "frugal/eval/task.h"
+#include "frugal/quantize/nvfp4_activation_backend.h"
 
 namespace frugal::cli {
 namespace {
+
+// The W4A4 emulation wrapper together with the backend it wraps, so that one pointer owns both.
+class ActQuantOwner final : public Backend {
+ public:
+  ActQuantOwner(const Model& m, std::unique_ptr<Backend> inner) : inner_(std::move(inner)), act_(m, *inner_) {}
+  std::string name() const override { return act_.name(); }
+  int n_threads() const override { return act_.n_threads(); }
+  uint64_t contended_dispatches() const override { return act_.contended_dispatches(); }
+  void set_row_invariant(bool on) override { act_.set_row_invariant(on); }
+  void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override {
+    act_.matmul(w, x, n, y, bias);
+  }
+  void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override { act_.get_rows(w, ids, n, y); }
+  void rms_norm(const float* x, const float* weight, int64_t r, int64_t d, float eps, float* y) override {
+    act_.rms_norm(x, weight, r, d, eps, y);
+  }
+  void rope(float* x, int64_t t, int64_t h, int64_t hd, const int32_t* pos, const RopeParams& p) override {
+    act_.rope(x, t, h, hd, pos, p);
+  }
+  void swiglu(const float* g, const float* u, int64_t n, float* out) override { act_.swiglu(g, u, n, out); }
+  void add(float* x, const float* y, int64_t n) override { act_.add(x, y, n); }
+  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
+                 const AttentionParams& p, float* out) override {
+    act_.attention(q, kv, layer, seq, pos, n, p, out);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  quantize::Nvfp4ActivationBackend act_;
+};
 
 struct RunArgs {
   std::string model;
@@ -27,6 +58,7 @@ struct RunArgs {
   int n_ctx = 0;
   int n_batch = 512;
   EngineFlags engine;
+  std::string act_quant = "none";
   bool chat = false;
   bool json = false;
   bool ignore_eos = false;
@@ -103,9 +135,17 @@ int run(const RunArgs& a) {
 
   CpuBackendOptions bo;
   bo.n_threads = resolve_threads(a.engine.threads);
+  if (a.act_quant != "none" && a.engine.device != "cpu") {
+    // The emulation quantizes activations in host memory between the ops of the CPU backend.
+    return fail(cmd, "--act-quant " + a.act_quant + " runs on the CPU backend only (not --device " + a.engine.device + ")");
+  }
   auto made = make_backend(a.engine.device, bo.n_threads);
   if (!made.ok()) return fail(cmd, made.status().message());
   auto backend = std::move(*made);
+  if (a.act_quant == "nvfp4") {
+    // W4A4 emulated: every block linear's input quantized to NVFP4 first (quantize/nvfp4_activation_backend.h).
+    backend = std::make_unique<ActQuantOwner>(*lm->model, std::move(backend));
+  }
   if (a.verbose) {
     std::fprintf(stderr, "model %s: %s, %lld layers, %lld params bytes, types %s; prompt %zu tokens; %d threads\n",
                  path->c_str(), lm->model->config().arch.c_str(), static_cast<long long>(lm->model->config().n_layer),
@@ -209,6 +249,11 @@ RunFn setup(CLI::App& app) {
   app.add_option("--task-seed", a->task_seed, "seed of the --task example")->capture_default_str();
   app.add_option("--task-length", a->task_length, "target length in tokens of the --task example")->capture_default_str();
   app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
+  app.add_option("--act-quant", a->act_quant,
+                 "none, or nvfp4: quantize the input of every block linear layer to NVFP4 before the product (W4A4 "
+                 "emulated, CPU backend, slow)")
+      ->check(CLI::IsMember({"none", "nvfp4"}))
+      ->capture_default_str();
   app.add_option("--system", a->system, "system message for --chat");
   app.add_flag("--json", a->json, "print one JSON object with text, tokens, timings and peak memory");
   app.add_flag("-v,--verbose", a->verbose, "describe the model and run on stderr");

@@ -188,5 +188,61 @@ TEST_F(CliBadInput, Nvfp4ScaleWithAnotherType) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// --ocg only makes sense with NVFP4 (or a float type, for the reordering alone) and needs the
+// calibration statistics; --act-quant takes a known format. No output file is made.
+TEST_F(CliBadInput, OcgNeedsNvfp4AndAnImatrix) {
+  const std::string out = (*dir_ / "ocg_q4.gguf").string();
+  expect_clean_failure(run_frugal("quantize " + *good_ + " " + out + " Q4_0 --ocg --imatrix x.dat"),
+                       "--ocg groups channels for NVFP4's 16-element scales, but type Q4_0 has no NVFP4 tensors");
+  expect_clean_failure(run_frugal("quantize " + *good_ + " " + out + " NVFP4 --ocg"),
+                       "--ocg needs calibration statistics: pass --imatrix FILE");
+  EXPECT_FALSE(fs::exists(out));
+  // Refused by the option parser (whose message has a second line pointing to --help).
+  const CmdResult r = run_frugal("perplexity -m " + *good_ + " -f " + *good_ + " --act-quant int4");
+  EXPECT_FALSE(r.signaled);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--act-quant: int4 not in {none,nvfp4}"), std::string::npos) << r.err;
+}
+
+// `run --act-quant nvfp4` generates through the W4A4 emulation, on the CPU backend only.
+TEST_F(CliBadInput, RunWithNvfp4Activations) {
+  const CmdResult r = run_frugal("run -m " + *good_ + " -p 'hello' -n 4 --temp 0 --act-quant nvfp4");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  expect_clean_failure(run_frugal("run -m " + *good_ + " -p 'hello' -n 4 --act-quant nvfp4 --device cuda"),
+                       "--act-quant nvfp4 runs on the CPU backend only (not --device cuda)");
+}
+
+// The whole path: imatrix from text, NVFP4 with OCG and H-Scale, scored against the base with and
+// without NVFP4 activations (W4A4 must cost more than W4A16 on this model).
+TEST_F(CliBadInput, OcgWithHScaleAndW4A4Runs) {
+  const std::string text = (*dir_ / "ocg.txt").string(), base = (*dir_ / "ocg_base.kld").string();
+  const std::string imat = (*dir_ / "ocg.dat").string(), q = (*dir_ / "ocg_nvfp4.gguf").string();
+  {
+    std::ofstream t(text);
+    for (int i = 0; i < 6; ++i) t << "the quick brown fox jumps over the lazy dog and the cat sat on the mat. ";
+  }
+  ASSERT_EQ(run_frugal("imatrix -m " + *good_ + " -f " + text + " -c 32 -o " + imat).exit_code, 0);
+  const CmdResult qr = run_frugal("quantize " + *good_ + " " + q + " NVFP4 --ocg --nvfp4-scale hscale --imatrix " + imat);
+  ASSERT_EQ(qr.exit_code, 0) << qr.err;
+  EXPECT_NE(qr.err.find("OCG packed groups: residual stream"), std::string::npos) << qr.err;
+  // The same statistics computed in place from the text.
+  const CmdResult cr = run_frugal("quantize " + *good_ + " " + (*dir_ / "ocg_cal.gguf").string() +
+                                  " NVFP4 --ocg --calibration " + text + " --calibration-ctx 32");
+  ASSERT_EQ(cr.exit_code, 0) << cr.err;
+  EXPECT_NE(cr.err.find("importance matrix from"), std::string::npos) << cr.err;
+  ASSERT_EQ(run_frugal("perplexity -m " + *good_ + " -f " + text + " -c 32 --kl-divergence-base " + base).exit_code, 0);
+  auto mean_kld = [&](const std::string& extra) {
+    const CmdResult r = run_frugal("perplexity -m " + q + " --kl-divergence-base " + base + " --kl-divergence" + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const size_t at = r.out.find("Mean    KLD:");
+    EXPECT_NE(at, std::string::npos) << r.out;
+    return at == std::string::npos ? -1.0 : std::stod(r.out.substr(at + 12));
+  };
+  const double w4a16 = mean_kld("");
+  const double w4a4 = mean_kld(" --act-quant nvfp4");
+  EXPECT_GT(w4a16, 0.0);
+  EXPECT_GT(w4a4, w4a16);
+}
+
 }  // namespace
 }  // namespace frugal

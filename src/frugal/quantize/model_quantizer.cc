@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <regex>
 
 #include "frugal/core/half.h"
@@ -30,7 +31,11 @@ struct TensorPlan {
   uint64_t out_bytes = 0;
   float in_scale = 1.f;        // the input's NVFP4 global scale, folded in when converting it
   bool global_scale = false;   // the F32 companion `<name>.scale` of the NVFP4 tensor `in` (written after it)
+  TensorPermutation perm;      // OCG's reordering of its rows and columns (ocg_fold.h), or none
+  bool reorder_only = false;   // kept in its type, but rewritten because OCG reorders it
 };
+
+bool is_float_type(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 struct CompiledRule {
   std::regex re;
@@ -90,7 +95,8 @@ Result<std::vector<TensorPlan>> plan_global_scales(const GgufFile& in, std::vect
 }
 
 // Decides every tensor's fate, or says precisely why the input cannot be quantized as asked.
-Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeOptions& opts, QuantizeReport* report) {
+Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeOptions& opts, const OcgFold* fold,
+                                              QuantizeReport* report) {
   FRUGAL_ASSIGN_OR_RETURN(ModelShape shape, read_shape(in));
   MixOptions mix = opts.mix;
   mix.has_imatrix = opts.imatrix != nullptr;
@@ -166,6 +172,19 @@ Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeO
       ++report->n_quantized;
       if (p.fallback) ++report->n_fallback;
     }
+    if (fold != nullptr) {
+      p.perm = fold->for_tensor(t->name);
+      if (p.perm.any()) {
+        // Reordering a quantized tensor's columns would mean requantizing it with other groups.
+        if (!is_float_type(t->type)) {
+          return error(ErrorCode::kInvalidArgument,
+                       "OCG reorders tensor '{}', which is {}: quantize with --ocg from the float model (F32, F16 or "
+                       "BF16 weights)",
+                       t->name, dtype_name(t->type));
+        }
+        p.reorder_only = !p.quantize;
+      }
+    }
     p.out_bytes = static_cast<uint64_t>(row_bytes(p.to, t->dims[0]) * rows_of(*t));
     plan.push_back(p);
   }
@@ -183,12 +202,23 @@ Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeO
                    opts.target.name);
     }
   }
+  if (opts.ocg) {
+    const bool any_nvfp4 =
+        std::any_of(plan.begin(), plan.end(), [](const TensorPlan& p) { return p.quantize && p.to == DType::kNVFP4; });
+    if (!any_nvfp4 && !is_float_type(opts.target.base)) {
+      return error(ErrorCode::kInvalidArgument,
+                   "OCG groups channels for NVFP4's 16-element scales, but type {} quantizes no tensor to NVFP4 (use "
+                   "type NVFP4, --tensor-type PATTERN=nvfp4, or F32/F16/BF16 for the reordering alone)",
+                   opts.target.name);
+    }
+  }
   FRUGAL_ASSIGN_OR_RETURN(plan, plan_global_scales(in, std::move(plan)));
   report->n_tensors = static_cast<int>(plan.size());
   return plan;
 }
 
-GgufWriter make_header(const GgufFile& in, const QuantizeOptions& opts, const std::vector<TensorPlan>& plan) {
+GgufWriter make_header(const GgufFile& in, const QuantizeOptions& opts, const std::vector<TensorPlan>& plan,
+                       int32_t anchors) {
   GgufWriter w;
   for (const auto& [key, v] : in.metadata()) w.set_value(key, v);
   // Overridden keys move to the end, as llama.cpp's writer orders them.
@@ -213,6 +243,12 @@ GgufWriter make_header(const GgufFile& in, const QuantizeOptions& opts, const st
   }
   // An input written with H-Scale does not make its output so.
   for (const char* k : {"quantize.nvfp4.scale", "quantize.nvfp4.hscale_radius"}) w.remove(k);
+  for (const char* k : {"quantize.ocg", "quantize.ocg.anchors"}) w.remove(k);
+  if (opts.ocg) {
+    // Provenance only: the reordering is in the weights, readers need nothing.
+    w.set_bool("quantize.ocg", true);
+    w.set_i32("quantize.ocg.anchors", anchors);
+  }
   if (opts.nvfp4_scale == Nvfp4Scale::kHScale) {
     // Provenance only (readers ignore it): RTN files keep the keys they always had.
     w.set_string("quantize.nvfp4.scale", "hscale");
@@ -243,19 +279,43 @@ Status convert_tensor(const TensorPlan& p, ThreadPool& pool, std::vector<uint8_t
   out.resize(out_row * static_cast<size_t>(rows));
   std::vector<float> importance;
   if (p.importance != nullptr) importance = p.importance->mean();
+  const std::vector<int32_t>* row_order = p.perm.rows;
+  const std::vector<int32_t>* col_order = p.perm.cols;
+  if (col_order != nullptr && !importance.empty()) {
+    // The importance of column j goes where column j goes.
+    std::vector<float> moved(importance.size());
+    for (size_t i = 0; i < moved.size(); ++i) moved[i] = importance[static_cast<size_t>((*col_order)[i])];
+    importance = std::move(moved);
+  }
   const float* imp = importance.empty() ? nullptr : importance.data();
   const int64_t rows_per_chunk = std::max<int64_t>(1, (kMinChunkElements + cols - 1) / cols);
   const int64_t n_chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   std::vector<std::vector<float>> scratch(static_cast<size_t>(pool.size()));
   std::atomic<bool> stopped{false};
-  // Rows of chunk c as floats in f: the input's values, its own global scale folded in.
+  // Rows of chunk c as floats in f: the input's values, its own global scale folded in, rows and
+  // columns in OCG's order when it reorders them (output row r is input row row_order[r]).
   auto chunk_floats = [&](int64_t c, std::vector<float>& f, int64_t* r0, int64_t* nr) {
     f.resize(static_cast<size_t>(rows_per_chunk * cols));
     *r0 = c * rows_per_chunk;
     *nr = std::min(rows_per_chunk, rows - *r0);
-    from->to_float_ref(t.data + static_cast<size_t>(*r0) * in_row, f.data(), *nr * cols);
+    if (row_order == nullptr) {
+      from->to_float_ref(t.data + static_cast<size_t>(*r0) * in_row, f.data(), *nr * cols);
+    } else {
+      for (int64_t r = 0; r < *nr; ++r) {
+        const auto src = static_cast<size_t>((*row_order)[static_cast<size_t>(*r0 + r)]);
+        from->to_float_ref(t.data + src * in_row, f.data() + static_cast<size_t>(r * cols), cols);
+      }
+    }
     if (p.in_scale != 1.f) {
       for (int64_t i = 0; i < *nr * cols; ++i) f[static_cast<size_t>(i)] *= p.in_scale;
+    }
+    if (col_order != nullptr) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < *nr; ++r) {
+        float* fr = f.data() + static_cast<size_t>(r * cols);
+        for (int64_t j = 0; j < cols; ++j) row[static_cast<size_t>(j)] = fr[(*col_order)[static_cast<size_t>(j)]];
+        std::copy(row.begin(), row.end(), fr);
+      }
     }
   };
   float g = 1.f;
@@ -308,8 +368,18 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& opts) {
     return error(ErrorCode::kInvalidArgument, "{}: the output must differ from the input", opts.output);
   }
   FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> in, GgufFile::open(opts.input));
-  FRUGAL_ASSIGN_OR_RETURN(std::vector<TensorPlan> plan, plan_tensors(*in, opts, &report));
-  GgufWriter header_writer = make_header(*in, opts, plan);
+  std::optional<OcgFold> fold;  // the plan points into it
+  if (opts.ocg) {
+    if (opts.imatrix == nullptr) {
+      return error(ErrorCode::kInvalidArgument,
+                   "OCG needs calibration statistics: pass --imatrix FILE or --calibration TEXT");
+    }
+    FRUGAL_ASSIGN_OR_RETURN(fold, OcgFold::plan(*in, *opts.imatrix));
+    report.ocg_sites = fold->sites();
+  }
+  FRUGAL_ASSIGN_OR_RETURN(std::vector<TensorPlan> plan,
+                          plan_tensors(*in, opts, fold ? &*fold : nullptr, &report));
+  GgufWriter header_writer = make_header(*in, opts, plan, fold ? fold->total_anchors() : 0);
   FRUGAL_ASSIGN_OR_RETURN(std::vector<uint8_t> header, header_writer.header());
   const uint64_t alignment = header_writer.alignment();
 
@@ -325,7 +395,7 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& opts) {
     const uint8_t* bytes = p.in->data;
     if (p.global_scale) {
       bytes = reinterpret_cast<const uint8_t*>(&global_scale);
-    } else if (p.quantize) {
+    } else if (p.quantize || p.reorder_only) {
       Status st = convert_tensor(p, pool, buffer, opts, &global_scale);
       if (!st.ok()) return error(st.code(), "{}: tensor '{}': {}", opts.output, p.in->name, st.message());
       bytes = buffer.data();

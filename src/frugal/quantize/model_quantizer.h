@@ -20,6 +20,7 @@
 #include "frugal/quant/nvfp4_hscale.h"
 #include "frugal/quantize/imatrix_file.h"
 #include "frugal/quantize/mix_rules.h"
+#include "frugal/quantize/ocg_fold.h"
 #include "frugal/quantize/target.h"
 
 namespace frugal::quantize {
@@ -60,6 +61,10 @@ struct QuantizeOptions {
   bool allow_requantize = false;          // accept quantized input tensors (dequantized first)
   Nvfp4Scale nvfp4_scale = Nvfp4Scale::kRtn;  // kHScale needs at least one NVFP4 tensor in the plan
   int hscale_radius = quant::kHScaleDefaultRadius;  // candidates on each side of RTN's code, 0..kHScaleMaxRadius
+  // Outlier-Companion Grouping (ocg_fold.h): channel orders from `imatrix` (required) folded into
+  // the weights before they are quantized. Needs a type with NVFP4 tensors, or a float type
+  // (F32, F16, BF16: the reordering alone), and float input weights for every tensor it reorders.
+  bool ocg = false;
   int n_threads = 0;                      // 0: one per CPU
   std::function<void(const TensorProgress&)> on_tensor;  // after each tensor is written
   const std::atomic<bool>* cancel = nullptr;            // set: stop, remove the partial output
@@ -73,6 +78,7 @@ struct QuantizeReport {
   uint64_t input_tensor_bytes = 0;
   uint64_t output_tensor_bytes = 0;
   uint64_t output_file_bytes = 0;
+  std::vector<OcgSite> ocg_sites;  // with QuantizeOptions::ocg: each reordered activation
   double seconds = 0;
 };
 
