@@ -11,7 +11,7 @@ constexpr int64_t kMinRows = 16;
 
 }  // namespace
 
-ImportanceCollector::ImportanceCollector(const Model& model, Backend& inner) : inner_(inner) {
+ImportanceCollector::ImportanceCollector(const Model& model, Backend& inner) : ForwardingBackend(inner) {
   for (const auto& t : model.gguf().tensors()) {
     if (t.name.rfind("blk.", 0) == 0 && t.dims.size() >= 2) names_.emplace(t.data, t.name);
   }

@@ -12,13 +12,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "frugal/backend/backend.h"
+#include "frugal/backend/forwarding_backend.h"
 #include "frugal/model/model.h"
 #include "frugal/quantize/imatrix_file.h"
 
 namespace frugal::quantize {
 
-class ImportanceCollector final : public Backend {
+class ImportanceCollector final : public ForwardingBackend {
  public:
   // `model` names the weights (by their data pointers into its file); `inner` runs every op.
   ImportanceCollector(const Model& model, Backend& inner);
@@ -26,26 +26,7 @@ class ImportanceCollector final : public Backend {
   // The statistics so far, in the .dat file's terms (values = mean square * ncall).
   Imatrix result(int32_t chunks, const std::string& dataset) const;
 
-  std::string name() const override { return inner_.name(); }
-  int n_threads() const override { return inner_.n_threads(); }
-  uint64_t contended_dispatches() const override { return inner_.contended_dispatches(); }
   void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override;
-  void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override {
-    inner_.get_rows(w, ids, n, y);
-  }
-  void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) override {
-    inner_.rms_norm(x, weight, n_rows, dim, eps, y);
-  }
-  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
-            const RopeParams& p) override {
-    inner_.rope(x, n_tokens, n_heads, head_dim, pos, p);
-  }
-  void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_.swiglu(gate, up, n, out); }
-  void add(float* x, const float* y, int64_t n) override { inner_.add(x, y, n); }
-  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
-                 const AttentionParams& p, float* out) override {
-    inner_.attention(q, kv, layer, seq, pos, n, p, out);
-  }
 
  private:
   struct Stats {
@@ -53,7 +34,6 @@ class ImportanceCollector final : public Backend {
     std::vector<double> sum;      // [cols] sum of x^2 (double: millions of terms)
     std::vector<int64_t> counts;  // [cols] rows that contributed
   };
-  Backend& inner_;
   std::unordered_map<const void*, std::string> names_;  // weight data -> tensor name (blk.* only)
   std::unordered_map<std::string, Stats> stats_;
 };

@@ -4,7 +4,7 @@
 
 namespace frugal::quantize {
 
-Nvfp4ActivationBackend::Nvfp4ActivationBackend(const Model& model, Backend& inner) : inner_(inner) {
+Nvfp4ActivationBackend::Nvfp4ActivationBackend(const Model& model, Backend& inner) : ForwardingBackend(inner) {
   const auto& layers = model.weights().layers;
   for (size_t il = 0; il < layers.size(); ++il) {
     const LayerWeights& L = layers[il];

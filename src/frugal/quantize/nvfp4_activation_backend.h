@@ -12,12 +12,12 @@
 #include <unordered_set>
 #include <vector>
 
-#include "frugal/backend/backend.h"
+#include "frugal/backend/forwarding_backend.h"
 #include "frugal/model/model.h"
 
 namespace frugal::quantize {
 
-class Nvfp4ActivationBackend final : public Backend {
+class Nvfp4ActivationBackend final : public ForwardingBackend {
  public:
   // `model` names its block weights; `inner` runs every op.
   Nvfp4ActivationBackend(const Model& model, Backend& inner);
@@ -27,29 +27,10 @@ class Nvfp4ActivationBackend final : public Backend {
   int64_t quantized_products() const { return quantized_products_; }
 
   std::string name() const override { return "nvfp4-act+" + inner_.name(); }
-  int n_threads() const override { return inner_.n_threads(); }
-  uint64_t contended_dispatches() const override { return inner_.contended_dispatches(); }
   void set_row_invariant(bool on) override { inner_.set_row_invariant(on); }
   void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override;
-  void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override {
-    inner_.get_rows(w, ids, n, y);
-  }
-  void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) override {
-    inner_.rms_norm(x, weight, n_rows, dim, eps, y);
-  }
-  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
-            const RopeParams& p) override {
-    inner_.rope(x, n_tokens, n_heads, head_dim, pos, p);
-  }
-  void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_.swiglu(gate, up, n, out); }
-  void add(float* x, const float* y, int64_t n) override { inner_.add(x, y, n); }
-  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
-                 const AttentionParams& p, float* out) override {
-    inner_.attention(q, kv, layer, seq, pos, n, p, out);
-  }
 
  private:
-  Backend& inner_;
   std::unordered_set<const void*> quantized_;  // weight data of the layers whose inputs are quantized
   std::vector<std::string> skipped_;
   std::vector<float> scratch_;

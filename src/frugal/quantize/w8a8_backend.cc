@@ -24,7 +24,7 @@ Result<W8A8Scales> parse_w8a8_scales(std::string_view name) {
   return error(ErrorCode::kInvalidArgument, "unknown W8A8 scales '{}' (original, pow2, scales-only)", name);
 }
 
-W8A8Backend::W8A8Backend(Backend& inner, const W8A8Options& opts) : inner_(inner), opts_(opts) {
+W8A8Backend::W8A8Backend(Backend& inner, const W8A8Options& opts) : ForwardingBackend(inner), opts_(opts) {
   if (opts_.n_threads > 1) pool_ = std::make_unique<ThreadPool>(opts_.n_threads);
 }
 

@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "frugal/backend/backend.h"
+#include "frugal/backend/forwarding_backend.h"
 #include "frugal/core/thread_pool.h"
 #include "frugal/model/model.h"
 #include "frugal/quant/methods/pow2_scales.h"
@@ -54,7 +54,7 @@ struct W8A8LayerStats {
   bool identical() const { return differing == 0 && acc_mismatches == 0; }
 };
 
-class W8A8Backend final : public Backend {
+class W8A8Backend final : public ForwardingBackend {
  public:
   // Quantizes the linear weights of every block of `model`, read through `inner` (any weight type
   // it can look rows up in). Refuses a layer whose K breaks the int32 accumulator's bound.
@@ -66,26 +66,8 @@ class W8A8Backend final : public Backend {
   const W8A8Options& options() const { return opts_; }
 
   std::string name() const override { return "w8a8(" + std::string(opts_.kernel->name()) + ")+" + inner_.name(); }
-  int n_threads() const override { return inner_.n_threads(); }
-  uint64_t contended_dispatches() const override { return inner_.contended_dispatches(); }
   void set_row_invariant(bool on) override { inner_.set_row_invariant(on); }  // INT8 products are anyway
   void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override;
-  void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override {
-    inner_.get_rows(w, ids, n, y);
-  }
-  void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) override {
-    inner_.rms_norm(x, weight, n_rows, dim, eps, y);
-  }
-  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
-            const RopeParams& p) override {
-    inner_.rope(x, n_tokens, n_heads, head_dim, pos, p);
-  }
-  void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_.swiglu(gate, up, n, out); }
-  void add(float* x, const float* y, int64_t n) override { inner_.add(x, y, n); }
-  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
-                 const AttentionParams& p, float* out) override {
-    inner_.attention(q, kv, layer, seq, pos, n, p, out);
-  }
 
  private:
   W8A8Backend(Backend& inner, const W8A8Options& opts);
@@ -95,7 +77,6 @@ class W8A8Backend final : public Backend {
   };
   Status add_layer(const WeightTensor& w, const std::string& name);
 
-  Backend& inner_;
   W8A8Options opts_;
   std::unique_ptr<ThreadPool> pool_;
   std::unordered_map<const void*, Layer> layers_;  // weight data -> its INT8 form
