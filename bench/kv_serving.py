@@ -10,7 +10,11 @@ second, mean and p95 latency, time to first token (streamed), and the preemption
 
 Usage: bench/kv_serving.py --frugal build/bin/frugal -m models/default.gguf [--parallel 16]
          [--requests 32] [--max-tokens 1024] [--budget 0.25] [--policies full,random,snapkv,h2o,rkv]
-         [--memory-fraction 0.25] [--threads N] [--json out.json]
+         [--memory-fraction 0.25] [--threads N] [--device cuda] [--json out.json]
+
+On the GPU (--device cuda) the cache is the device's own, one slot of --ctx tokens per parallel
+sequence: pass --memory-fraction 0 (no --kv-memory) to compare policies by the rows each step
+reads rather than by a pool they share; the peak KV rows each request held come from its record.
 """
 import argparse
 import json
@@ -65,6 +69,10 @@ def run_config(args, policy, memory, port):
            "--kv-memory", str(memory), "-c", str(args.ctx)]
     if args.threads:
         cmd += ["-t", str(args.threads)]
+    if memory <= 0:
+        cmd = cmd[:cmd.index("--kv-memory")] + cmd[cmd.index("--kv-memory") + 2:]
+    if args.device:
+        cmd += ["--device", args.device]
     srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -137,6 +145,7 @@ def main():
                     help="pool = this fraction of parallel x (prompt + max_tokens) tokens of full cache")
     ap.add_argument("--policies", default="full,random,snapkv,h2o,rkv")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="", help="e.g. cuda (default: the cpu backend)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json")
     ap.add_argument("--prompt-text", default="Once upon a time there was a little red fox who lived in the woods")
@@ -155,8 +164,10 @@ def main():
     per_token = n_layer * n_kv * head_dim * 2 * 2  # f16 K and V
     trace = 32 + args.max_tokens
     memory = int(args.memory_fraction * args.parallel * trace * per_token)
+    pool = (f"pool {memory} bytes = {args.memory_fraction:.0%} of {args.parallel} x {trace} tokens" if memory > 0
+            else f"no kv-memory: {args.parallel} slots of {args.ctx} tokens")
     print(f"model {args.model}: {n_layer} layers x {n_kv} KV heads x {head_dim}; {per_token} KV bytes/token; "
-          f"pool {memory} bytes = {args.memory_fraction:.0%} of {args.parallel} x {trace} tokens; "
+          f"{pool}; device {args.device or 'cpu'}; "
           f"{args.requests} requests x {args.max_tokens} tokens, budget {args.budget}")
     rows = []
     for policy in args.policies.split(","):
@@ -164,7 +175,7 @@ def main():
         rows.append(r)
         print(f"{policy:8s} {r['tok_per_s']:9.1f} tok/s  wall {r['wall_s']:7.1f} s  latency mean {r['mean_latency_s']:6.1f} "
               f"p95 {r['p95_latency_s']:6.1f} s  TTFT {r['mean_ttft_s']:6.2f} s  TPOT {r['tpot_ms']:6.1f} ms  "
-              f"preemptions {r['preemptions']:.0f}", flush=True)
+              f"preemptions {r['preemptions'] or 0:.0f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"memory_bytes": memory, "args": vars(args), "rows": rows}, f, indent=1)

@@ -39,6 +39,7 @@ struct ServeArgs {
   std::string api_key;
   std::string log_requests;
   bool no_prefix_cache = false;
+  bool batch_invariant = false;
 };
 
 std::atomic<server::HttpServer*> g_server{nullptr};
@@ -74,6 +75,7 @@ int serve(const ServeArgs& a) {
   eo.max_waiting = a.max_queue;
   eo.queue_timeout_s = a.queue_timeout;
   eo.prefix_cache = !a.no_prefix_cache;
+  eo.batch_invariant = a.batch_invariant;
   eo.kv_dtype = engine_opts.kv_dtype;
   eo.kv_memory = engine_opts.kv_policy.memory;
   // --kv-policy, --kv-budget, --kv-quant...: the default of a request that names none. --kv-memory
@@ -163,6 +165,9 @@ RunFn setup(CLI::App& app) {
   app.add_option("--api-key", a->api_key, "require this key (Bearer or x-api-key); also FRUGAL_API_KEY");
   app.add_option("--log-requests", a->log_requests, "append one JSON line per request to FILE");
   app.add_flag("--no-prefix-cache", a->no_prefix_cache, "do not reuse cached prompt prefixes");
+  app.add_flag("--batch-invariant", a->batch_invariant,
+               "compute every token as if it ran alone, so a response does not depend on the requests it was "
+               "batched with (cpu backend; slower)");
   return [a]() { return serve(*a); };
 }
 

@@ -54,7 +54,14 @@ struct AttnCase {
   int window = 0;
   float q_std = 1.f;
   std::vector<std::vector<int32_t>> key_pos;  // per sequence: cached positions, ascending
+  // Per sequence and KV head, when heads hold different tokens (after eviction): as many
+  // positions in every head of a sequence as key_pos has; empty: every head holds key_pos.
+  std::vector<std::vector<std::vector<int32_t>>> head_key_pos;
   std::vector<int32_t> seq, pos;              // query tokens
+  const std::vector<int32_t>& keys_of(int s, int g) const {
+    return head_key_pos.empty() ? key_pos[static_cast<size_t>(s)]
+                                : head_key_pos[static_cast<size_t>(s)][static_cast<size_t>(g)];
+  }
 };
 
 std::vector<int32_t> range_pos(int count, int first = 0, int step = 1) {
@@ -171,6 +178,32 @@ std::vector<AttnCase> make_cases() {
     add_tail_queries(c, 0, 30);
     cases.push_back(c);
   }
+  {
+    // After eviction: every KV head of a sequence keeps its own tokens (as many in each), so a
+    // kernel that read one head's positions for another would mask the wrong keys. Decode and
+    // prefill-sized queries, two sequences.
+    AttnCase c{"evicted_heads_d128_g4"};
+    c.n_head_kv = 3;
+    std::mt19937 pick(7);
+    c.key_pos = {range_pos(700), range_pos(90)};
+    c.head_key_pos.resize(2);
+    for (int s = 0; s < 2; ++s) {
+      const int total = s == 0 ? 3000 : 400, keep = static_cast<int>(c.key_pos[static_cast<size_t>(s)].size());
+      for (int g = 0; g < c.n_head_kv; ++g) {
+        std::vector<int32_t> all = range_pos(total);
+        std::shuffle(all.begin(), all.end() - 64, pick);  // the newest 64 stay, as the buffer does
+        std::vector<int32_t> kept(all.begin(), all.begin() + (keep - 64));
+        kept.insert(kept.end(), all.end() - 64, all.end());
+        std::sort(kept.begin(), kept.end());
+        c.head_key_pos[static_cast<size_t>(s)].push_back(kept);
+      }
+      c.key_pos[static_cast<size_t>(s)] = c.head_key_pos[static_cast<size_t>(s)][0];
+    }
+    for (int i = 0; i < 70; ++i) c.seq.push_back(0), c.pos.push_back(2930 + i);
+    c.seq.push_back(1), c.pos.push_back(399);
+    c.seq.push_back(1), c.pos.push_back(200);
+    cases.push_back(c);
+  }
   return cases;
 }
 
@@ -178,7 +211,7 @@ struct Built {
   int capacity = 0, n_seq = 0, n_head = 0, n = 0;
   float scale = 1.f;
   std::vector<uint16_t> k, v;  // [2 layers][n_seq][n_head_kv][capacity][head_dim]
-  std::vector<int32_t> kpos, seq_len;
+  std::vector<int32_t> kpos, seq_len;  // kpos [2 layers][n_seq][n_head_kv][capacity]
   std::vector<float> q;
   std::vector<double> ref, tol_a, tol_b;  // reference and the per-element A and B of the bounds
   std::vector<char> none_visible;         // per (token, head)
@@ -198,16 +231,17 @@ Built build(const AttnCase& c, std::mt19937& rng) {
   const size_t layer_elems = static_cast<size_t>(b.n_seq) * hkv * b.capacity * d;
   b.k.assign(2 * layer_elems, nan_h);
   b.v.assign(2 * layer_elems, nan_h);
-  b.kpos.assign(static_cast<size_t>(b.n_seq) * b.capacity, 0);
+  b.kpos.assign(2 * static_cast<size_t>(b.n_seq) * hkv * b.capacity, 0);
   b.seq_len.resize(static_cast<size_t>(b.n_seq));
   std::normal_distribution<float> nd(0.f, 1.f);
   for (int s = 0; s < b.n_seq; ++s) {
     const auto& kp = c.key_pos[static_cast<size_t>(s)];
     b.seq_len[static_cast<size_t>(s)] = static_cast<int32_t>(kp.size());
-    for (size_t j = 0; j < kp.size(); ++j) b.kpos[static_cast<size_t>(s) * b.capacity + j] = kp[j];
     for (int g = 0; g < hkv; ++g) {
+      const auto& hk = c.keys_of(s, g);
       for (size_t j = 0; j < kp.size(); ++j) {
         const size_t row = ((static_cast<size_t>(1) * b.n_seq + s) * hkv + g) * b.capacity + j;
+        b.kpos[row] = hk[j];
         for (int e = 0; e < d; ++e) {
           b.k[row * d + e] = f32_to_fp16(nd(rng));
           b.v[row * d + e] = f32_to_fp16(nd(rng));
@@ -228,14 +262,14 @@ Built build(const AttnCase& c, std::mt19937& rng) {
   std::vector<size_t> vis;
   for (int t = 0; t < b.n; ++t) {
     const int s = c.seq[static_cast<size_t>(t)], qp = c.pos[static_cast<size_t>(t)];
-    const auto& kp = c.key_pos[static_cast<size_t>(s)];
-    vis.clear();
-    for (size_t j = 0; j < kp.size(); ++j) {
-      if (kp[j] <= qp && (c.window <= 0 || kp[j] > qp - c.window)) vis.push_back(j);
-    }
     for (int h = 0; h < b.n_head; ++h) {
       const int g = h / c.group;
       const size_t th = static_cast<size_t>(t) * b.n_head + h;
+      const auto& kp = c.keys_of(s, g);
+      vis.clear();
+      for (size_t j = 0; j < kp.size(); ++j) {
+        if (kp[j] <= qp && (c.window <= 0 || kp[j] > qp - c.window)) vis.push_back(j);
+      }
       if (vis.empty()) {
         b.none_visible[th] = 1;
         continue;

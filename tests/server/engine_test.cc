@@ -433,6 +433,37 @@ TEST_F(EngineTest, JsonSchemaConstrainsTheOutput) {
   EXPECT_TRUE(j["n"].is_number_integer()) << c.text;
 }
 
+// With batch_invariant every token is computed as in a pass of its own, so a request's
+// log-probabilities are bit for bit the same alone and batched with other requests' prefills and
+// decodes (without it the products switch to batched kernels whose rounding depends on the step's
+// size, and which requests share a step depends on timing).
+TEST_F(EngineTest, BatchInvariantLogprobsDoNotDependOnTheBatch) {
+  EngineOptions o;
+  o.n_parallel = 4;
+  o.max_step_tokens = 64;
+  o.batch_invariant = true;
+  auto e = engine(o);
+  RequestOptions r = request(prompt("the same request, alone and in company"), 12);
+  r.ignore_eos = true;
+  r.logprobs = 1;
+  const Collected alone = collect(**e->submit(r));
+  std::vector<std::shared_ptr<RequestHandle>> others;
+  for (int i = 0; i < 3; ++i) {
+    std::string text;
+    for (int w = 0; w < 40 + 7 * i; ++w) text += "word" + std::to_string((w * 7 + i) % 13) + " ";
+    RequestOptions other = request(prompt(text), 20);
+    other.ignore_eos = true;
+    others.push_back(*e->submit(other));
+  }
+  const Collected batched = collect(**e->submit(r));
+  for (auto& h : others) collect(*h);
+  ASSERT_EQ(alone.tokens, batched.tokens);
+  ASSERT_EQ(alone.outputs.size(), batched.outputs.size());
+  for (size_t i = 0; i < alone.outputs.size(); ++i) {
+    EXPECT_EQ(alone.outputs[i].logprob, batched.outputs[i].logprob) << "token " << i;
+  }
+}
+
 TEST_F(EngineTest, LogprobsAndStopStrings) {
   auto e = engine();
   RequestOptions r = request(prompt("logprobs please"), 6);

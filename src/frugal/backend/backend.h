@@ -14,7 +14,9 @@
 namespace frugal {
 
 class KvCache;
+class KvTokenStore;
 class Model;
+struct KvCacheOptions;
 struct Batch;
 
 // How a weight's bytes are arranged. kRows is GGUF's; the others are repacked once at load for
@@ -100,6 +102,16 @@ class Backend {
   // positions [0, begin) of the same prefix, and returns true. The default declines (false): the
   // rows live in the caller's KvCache, which the caller copies itself.
   virtual Result<bool> copy_kv_rows(int src, int dst, int32_t begin, int32_t end) { return false; }
+
+  // A backend that keeps its own KV cache (forward_model) exposes its token tables here, so the
+  // engine's eviction rounds (kv/eviction.h) read and thin the rows where they live; the cache is
+  // made ready for `model` and a caller cache of `shape` first (the model uploaded, the slots
+  // allocated), as the first forward_model would. Null (the default): the rows are in the
+  // caller's KvCache.
+  virtual Result<KvTokenStore*> device_kv(const Model& model, const KvCacheOptions& shape) {
+    (void)model, (void)shape;
+    return static_cast<KvTokenStore*>(nullptr);
+  }
 };
 
 struct CpuBackendOptions {

@@ -104,11 +104,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   }
   FRUGAL_RETURN_IF_ERROR(validate(opts.kv));
   const bool paged = backend.name() == "cpu";
-  if (needs_own_kv(opts.kv) && !paged) {
+  if (!paged) FRUGAL_RETURN_IF_ERROR(device_kv_supports(opts.kv, backend.name()));
+  if (opts.batch_invariant && !paged) {
     return error(ErrorCode::kNotSupported,
-                 "kv policy '{}' with kv-quant {}: the {} backend keeps every token in an unquantized cache; "
-                 "eviction and KV quantization run on the cpu backend",
-                 opts.kv.policy, kv_quant_name(opts.kv.quant), backend.name());
+                 "engine: batch-invariant steps run on the cpu backend; the {} backend's products change kernels "
+                 "with the batch size",
+                 backend.name());
   }
   const int64_t train = cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096;
   int64_t capacity = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(train, 4096);
@@ -179,8 +180,16 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     }
   }
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(ko));
-  return std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv), static_cast<int32_t>(capacity),
-                                            std::move(drafter)));
+  // A device-resident cache is made ready now (model uploaded, slots allocated), so eviction
+  // rounds can read its token tables from the first admission on.
+  KvTokenStore* device_kv = nullptr;
+  if (!paged) {
+    FRUGAL_ASSIGN_OR_RETURN(device_kv, backend.device_kv(model, ko));
+  }
+  auto engine = std::unique_ptr<Engine>(new Engine(model, tok, backend, opts, std::move(kv),
+                                                   static_cast<int32_t>(capacity), std::move(drafter)));
+  engine->device_kv_ = device_kv;
+  return engine;
 }
 
 Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const EngineOptions& opts, KvCache kv,
@@ -303,18 +312,13 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
   const int32_t prompt_len = static_cast<int32_t>(req.prompt.size());
   const int32_t trace_len =
       req.max_tokens >= 0 ? std::min<int32_t>(slot_capacity_, prompt_len + req.max_tokens) : slot_capacity_;
-  if (needs_own_kv(kv) && backend_.name() == "cpu" && kv.quant == KvQuant::kNone && kv.memory == 0) {
-    // Eviction alone: the sequence runs in its slot of the shared pool, batched with the others,
-    // and the pages its rounds free go back to them.
+  if (needs_own_kv(kv) && kv.quant == KvQuant::kNone && kv.memory == 0) {
+    // Eviction alone: the sequence runs in its slot of the shared pool (or of the device's
+    // cache), batched with the others, and what its rounds free goes back to them.
+    if (!uses_pool()) FRUGAL_RETURN_IF_ERROR(device_kv_supports(kv, backend_.name()));
     FRUGAL_ASSIGN_OR_RETURN(evictor, KvEvictor::create(kv, trace_len, prompt_len));
   } else if (needs_own_kv(kv)) {
-    // A device-resident cache (cuda) is one keep-everything F16 cache for all slots.
-    if (backend_.name() != "cpu") {
-      return error(ErrorCode::kNotSupported,
-                   "kv policy '{}' with kv-quant {}: the {} backend keeps every token in an unquantized cache; "
-                   "eviction and KV quantization run on the cpu backend",
-                   kv.policy, kv_quant_name(kv.quant), backend_.name());
-    }
+    if (!uses_pool()) FRUGAL_RETURN_IF_ERROR(device_kv_supports(kv, backend_.name()));
     // Built now, so an impossible budget is the submitter's error, not a failure mid-run.
     SequenceKvShape shape;
     shape.prompt_len = prompt_len;
@@ -381,6 +385,9 @@ void Engine::loop() {
       }
       if (stop_) break;
       fresh.swap(incoming_);
+      // Until step() recounts the scheduler's queue, the requests taken here still wait: submit()
+      // must see them, or a request arriving in between passes a full queue.
+      n_waiting_.fetch_add(static_cast<int>(fresh.size()));
     }
     for (auto& a : fresh) {
       const SeqId id = a->id;
@@ -417,13 +424,16 @@ void Engine::step() {
   StepPlan plan = sched_.plan(now);
   for (const auto& r : plan.refused) finish(r.id, FinishReason::kError, Status(ErrorCode::kOverBudget, r.reason));
   for (const auto& a : plan.admitted) apply_admission(a, now);
+  // The queue as it is now, before this step emits tokens: a client that saw its request start
+  // must not find it still counted as waiting.
+  n_waiting_.store(sched_.n_waiting());
 
   // Sequences evicting in the pool: a round before a decode step, as a sequence run alone has.
   for (const auto& it : plan.items) {
     if (!sched_.is_running(it.id)) continue;
     Active& r = *active_.at(it.id);
     if (!r.evictor || it.begin < sched_.n_prompt(it.id)) continue;
-    const Status st = r.evictor->step(kv_, it.slot);
+    const Status st = r.evictor->step(kv_store(), it.slot);
     if (!st.ok()) {
       kv_.release(it.slot);
       finish(it.id, FinishReason::kError, st);
@@ -477,10 +487,11 @@ void Engine::step() {
   telemetry::IntervalMeter step_meter(metered ? &tel_->meter() : nullptr);
   // A step carrying drafts computes every row as one-token decoding would (Batch::row_invariant),
   // so greedy verification keeps exactly plain decoding's tokens.
-  batch_.row_invariant = false;
-  for (size_t slot = 0; slot < drafts_.size(); ++slot) batch_.row_invariant |= has_drafts(static_cast<int>(slot));
+  bool any_drafts = false;
+  for (size_t slot = 0; slot < drafts_.size(); ++slot) any_drafts |= has_drafts(static_cast<int>(slot));
+  batch_.row_invariant = opts_.batch_invariant || any_drafts;
   // Verification reads whole logits rows, one per drafted token.
-  if (batch_.row_invariant) greedy_step = false;
+  if (any_drafts) greedy_step = false;
   Status shared_st = ok_status();
   if (batch_.size() > 0) {
     SlotObservers observers(slot_observers_);
@@ -536,6 +547,8 @@ void Engine::step() {
     if (!r.own && uses_pool()) {
       r.peak_slot_bytes = std::max(r.peak_slot_bytes, kv_.used_bytes(it.slot));
       r.peak_held_bytes = std::max(r.peak_held_bytes, static_cast<uint64_t>(kv_.pages_held(it.slot)) * kv_.page_bytes());
+    } else if (!r.own) {
+      r.peak_slot_bytes = std::max(r.peak_slot_bytes, kv_store().used_bytes(it.slot));
     }
     // A sequence on its own KV state ran a pass of its own: all of that pass's weight reads are its.
     const auto n_drafted = static_cast<int32_t>(draft_rows(it.slot));
@@ -589,7 +602,11 @@ void Engine::apply_admission(const Admission& a, double now) {
   if (first_admission) r.admitted = now;
   r.cached = a.copy_end;
   // Stream 0: the random policy draws as it would for the request run alone, whatever its slot.
-  if (r.evictor) r.evictor->begin(kv_, a.slot, static_cast<int32_t>(r.req.prompt.size()), 0);
+  if (r.evictor && device_kv_ != nullptr) {
+    r.evictor->begin(*device_kv_, a.slot, static_cast<int32_t>(r.req.prompt.size()), 0);
+  } else if (r.evictor) {
+    r.evictor->begin(kv_, a.slot, static_cast<int32_t>(r.req.prompt.size()), 0);
+  }
   if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
   if (!first_admission) return;
   std::lock_guard<std::mutex> lk(mu_);
@@ -1046,11 +1063,11 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
     const int slot = sched_.slot_of(id);
     if (r.evictor) {
       // Counts the last token in the peak (and the round it may complete), as a run alone would.
-      if (slot >= 0 && r.admitted >= 0 && reason != FinishReason::kError) (void)r.evictor->step(kv_, slot);
+      if (slot >= 0 && r.admitted >= 0 && reason != FinishReason::kError) (void)r.evictor->step(kv_store(), slot);
       f.kv = r.evictor->stats();
       f.kv_policy = r.evictor->policy().name();
     }
-    if (slot >= 0) r.peak_slot_bytes = std::max(r.peak_slot_bytes, kv_.used_bytes(slot));
+    if (slot >= 0) r.peak_slot_bytes = std::max(r.peak_slot_bytes, kv_store().used_bytes(slot));
     f.kv.peak_used_bytes = r.peak_slot_bytes;
     f.preemptions = r.preemptions;
     f.kv_bytes = uses_pool() ? r.peak_held_bytes

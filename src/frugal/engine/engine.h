@@ -38,6 +38,11 @@ struct EngineOptions {
   int32_t max_waiting = 64;       // requests allowed to wait for a slot
   double queue_timeout_s = 120;   // longest wait for a slot before refusal
   bool prefix_cache = true;
+  // Every step computes each token as a pass of its own would (Batch::row_invariant): a request's
+  // output no longer depends on which other requests share its steps (the products otherwise take
+  // faster batched kernels whose rounding differs with the batch's size). Slower; for
+  // reproducible serving and for tests that compare outputs token for token.
+  bool batch_invariant = false;
   // A prompt prefix another slot holds is taken by sharing its pages (copy on write) in the host
   // pool; false copies the rows instead (the old path, kept as a measurement baseline). A
   // device-resident cache (cuda) always copies on the device.
@@ -130,6 +135,8 @@ class Engine {
   Status copy_rows(int src, int dst, int32_t begin, int32_t end);
   // The host page pool is the memory budget (cpu); a device-resident cache keeps its own slots.
   bool uses_pool() const { return backend_.name() == "cpu"; }
+  // Where eviction rounds find the rows: the backend's device-resident cache, or the host pool.
+  KvTokenStore& kv_store() { return device_kv_ != nullptr ? *device_kv_ : static_cast<KvTokenStore&>(kv_); }
   // Pages for every item of the plan, dropping cached prefixes and preempting the newest
   // sequences when the pool runs out.
   void reserve_pages(const StepPlan& plan);
@@ -147,6 +154,7 @@ class Engine {
   Backend& backend_;
   EngineOptions opts_;
   KvCache kv_;
+  KvTokenStore* device_kv_ = nullptr;  // the backend's own cache (cuda), else null
   int32_t slot_capacity_;
   Scheduler sched_;
   std::vector<std::string> pieces_;    // [n_vocab] token bytes, for constrained decoding

@@ -22,4 +22,22 @@ bool needs_own_kv(const KvPolicyOptions& kv) {
   return kv.policy != "full" || kv.quant != KvQuant::kNone || kv.memory > 0;
 }
 
+Status device_kv_supports(const KvPolicyOptions& kv, const std::string& backend) {
+  if (kv.quant != KvQuant::kNone || kv.memory > 0) {
+    return error(ErrorCode::kNotSupported,
+                 "kv-quant {} and a per-sequence kv-memory run on the cpu backend; the {} backend keeps an unquantized "
+                 "F16 cache in slots of its own",
+                 kv_quant_name(kv.quant), backend);
+  }
+  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvPolicy> p, make_kv_policy(kv.policy));
+  const KvPolicyNeeds n = p->needs();
+  if (n.keys || n.attention || n.accumulated) {
+    return error(ErrorCode::kNotSupported,
+                 "kv policy '{}' scores tokens by {} and runs on the cpu backend; on the {} backend the policies that "
+                 "read positions only run (full, window, random)",
+                 kv.policy, n.accumulated ? "accumulated attention" : n.attention ? "attention" : "keys", backend);
+  }
+  return ok_status();
+}
+
 }  // namespace frugal

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "frugal/core/dtype.h"
 #include "frugal/core/status.h"
@@ -40,5 +41,10 @@ Result<std::unique_ptr<SequenceKv>> make_sequence_kv(const Model& model, const K
 // True when `kv` needs a state of its own: anything other than a keep-everything, unquantized
 // cache without a memory budget, which is what the engine's shared sequence slots hold.
 bool needs_own_kv(const KvPolicyOptions& kv);
+// Whether a backend that keeps its own F16 cache (`backend`: its name) can run these KV options:
+// eviction by a policy that reads only positions (window, random) runs there; KV quantization,
+// a per-sequence kv-memory and policies that read keys or attention (snapkv, h2o, tova, rkv) run
+// on the cpu backend, and the refusal says so.
+Status device_kv_supports(const KvPolicyOptions& kv, const std::string& backend);
 
 }  // namespace frugal

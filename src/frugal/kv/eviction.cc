@@ -129,7 +129,17 @@ void KvEvictor::begin(KvCache& kv, int seq, int32_t prompt_len, int64_t stream) 
       }
     }
   }
-  const KvCacheOptions& ko = kv.options();
+  begin_sequence(kv, seq, prompt_len, stream);
+}
+
+void KvEvictor::begin(KvTokenStore& kv, int seq, int32_t prompt_len, int64_t stream) {
+  cache_ = nullptr;
+  deferred_ = ok_status();
+  begin_sequence(kv, seq, prompt_len, stream);
+}
+
+void KvEvictor::begin_sequence(KvTokenStore& kv, int seq, int32_t prompt_len, int64_t stream) {
+  const KvStoreShape ko = kv.store_shape();
   if (n_seq_ != ko.n_seq || rings_.size() != static_cast<size_t>(ko.n_layer) * ko.n_seq) {
     n_seq_ = ko.n_seq;
     prompt_len_.assign(static_cast<size_t>(n_seq_), 0);
@@ -145,7 +155,12 @@ void KvEvictor::begin(KvCache& kv, int seq, int32_t prompt_len, int64_t stream) 
     acc_pos_[static_cast<size_t>(l) * n_seq_ + seq] = -1;
     ring(l, seq).count = 0;
   }
-  if (needs_.accumulated) kv.enable_token_stats();
+  if (needs_.accumulated && !kv.enable_token_stats() && deferred_.ok()) {
+    deferred_ = error(ErrorCode::kNotSupported,
+                      "kv policy '{}' accumulates attention per token, which this cache (rows on the device) does not "
+                      "keep",
+                      policy_->name());
+  }
 }
 
 AttentionObserver* KvEvictor::attention_observer() {
@@ -199,7 +214,7 @@ void KvEvictor::after_attention(KvCache& kv, int layer, const int32_t* seq, int6
   }
 }
 
-Status KvEvictor::step(KvCache& kv, int seq) {
+Status KvEvictor::step(KvTokenStore& kv, int seq) {
   FRUGAL_RETURN_IF_ERROR(deferred_);
   stats_.peak_used_bytes = std::max(stats_.peak_used_bytes, kv.used_bytes(seq));
   if (!evicts()) return ok_status();
@@ -207,8 +222,8 @@ Status KvEvictor::step(KvCache& kv, int seq) {
   return round(kv, seq);
 }
 
-Status KvEvictor::round(KvCache& kv, int seq) {
-  const KvCacheOptions& ko = kv.options();
+Status KvEvictor::round(KvTokenStore& kv, int seq) {
+  const KvStoreShape ko = kv.store_shape();
   if (seq < 0 || seq >= n_seq_) {
     return error(ErrorCode::kInvalidArgument, "kv eviction: sequence {} was not begun (begin() before rounds)", seq);
   }
@@ -225,7 +240,7 @@ Status KvEvictor::round(KvCache& kv, int seq) {
 // probs_[r][j][slot]: softmax of each recorded query of the group's query heads over the slots it
 // could see when it ran; eviction only happens at rounds, so those are exactly the weights the
 // model used (slots evicted since are gone from both).
-void KvEvictor::attention_probs(const KvCache& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq) {
+void KvEvictor::attention_probs(const KvTokenStore& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq) {
   const int hd = attn_.head_dim;
   const int n_rep = attn_.n_head / attn_.n_head_kv;
   const int32_t* pos = kv.positions(layer, seq, head);
@@ -260,8 +275,8 @@ void KvEvictor::attention_probs(const KvCache& kv, const Ring& rg, int layer, in
   }
 }
 
-Status KvEvictor::round_layer(KvCache& kv, int layer, int seq) {
-  const KvCacheOptions& ko = kv.options();
+Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
+  const KvStoreShape ko = kv.store_shape();
   const Ring& rg = ring(layer, seq);
   const int nq = static_cast<int>(std::min<int64_t>(rg.count, opts_.buffer));
   if (needs_.attention) {

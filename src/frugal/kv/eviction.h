@@ -73,6 +73,10 @@ class KvEvictor final : public AttentionObserver {
   // `stream` (default: seq) is what the random policy mixes into its seed for this sequence, so a
   // request in any slot of a shared cache can draw as it would alone (stream 0).
   void begin(KvCache& kv, int seq, int32_t prompt_len, int64_t stream = -1);
+  // The same for a cache whose rows live elsewhere (a backend's device-resident cache): no
+  // re-creation; a policy that needs what the store does not keep (H2O's per-token statistics)
+  // is reported by the next step() or round().
+  void begin(KvTokenStore& kv, int seq, int32_t prompt_len, int64_t stream = -1);
   // Resolves kv-memory for this cache shape and prompt: the capacity to allocate (tokens per
   // head), updating the budget of an evicting policy; kOverBudget says why it cannot fit.
   // `trace_len` is what a non-evicting policy must hold.
@@ -81,9 +85,9 @@ class KvEvictor final : public AttentionObserver {
   // attention (or hyquant chooses FP16 tokens with it), else nullptr (nothing to record).
   AttentionObserver* attention_observer();
   // Between decode steps: one round on `seq` if its heads hold budget + buffer tokens or more.
-  Status step(KvCache& kv, int seq);
+  Status step(KvTokenStore& kv, int seq);
   // One round on `seq` now (every layer and head holding more than `budget` tokens).
-  Status round(KvCache& kv, int seq);
+  Status round(KvTokenStore& kv, int seq);
   const KvEvictionStats& stats() const { return stats_; }
 
   // AttentionObserver: keeps the latest `buffer` queries ([n][n_head][head_dim], post-RoPE) of
@@ -102,8 +106,9 @@ class KvEvictor final : public AttentionObserver {
   };
   KvEvictor() = default;
   Ring& ring(int layer, int seq) { return rings_[static_cast<size_t>(layer) * n_seq_ + seq]; }
-  Status round_layer(KvCache& kv, int layer, int seq);
-  void attention_probs(const KvCache& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq);
+  void begin_sequence(KvTokenStore& kv, int seq, int32_t prompt_len, int64_t stream);
+  Status round_layer(KvTokenStore& kv, int layer, int seq);
+  void attention_probs(const KvTokenStore& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq);
   std::vector<int32_t> select(const KvHeadView& v, int32_t pinned);
 
   KvPolicyOptions opts_;

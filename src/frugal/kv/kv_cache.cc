@@ -504,14 +504,15 @@ Status KvCache::keep_tokens(int layer, int seq, int head, const std::vector<int3
   return ok_status();
 }
 
-void KvCache::enable_token_stats() {
-  if (!stats_.empty()) return;
+bool KvCache::enable_token_stats() {
+  if (!stats_.empty()) return true;
   stats_.resize(static_cast<size_t>(opts_.n_layer) * opts_.n_seq * opts_.n_head_kv);
   for (int l = 0; l < opts_.n_layer; ++l) {
     for (int s = 0; s < opts_.n_seq; ++s) {
       for (int h = 0; h < opts_.n_head_kv; ++h) stats_[static_cast<size_t>(index(l, s, h))].assign(size(l, s, h), 0.f);
     }
   }
+  return true;
 }
 
 }  // namespace frugal

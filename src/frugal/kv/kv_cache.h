@@ -29,6 +29,7 @@
 #include "frugal/core/zeroed_allocator.h"
 #include "frugal/core/status.h"
 #include "frugal/kv/kv_quant.h"
+#include "frugal/kv/token_store.h"
 
 namespace frugal {
 
@@ -63,11 +64,11 @@ uint64_t kv_page_bytes(const KvCacheOptions& o);
 // `min_tokens` fit. The one conversion from a memory budget to tokens (run, eval and serve).
 Result<int32_t> kv_tokens_for_memory(const KvCacheOptions& o, uint64_t bytes, int32_t min_tokens = 1);
 
-class KvCache {
+class KvCache final : public KvTokenStore {
  public:
   static Result<KvCache> create(const KvCacheOptions& opts);
   KvCache();
-  ~KvCache();
+  ~KvCache() override;
   KvCache(KvCache&&) noexcept;
   KvCache& operator=(KvCache&&) noexcept;
 
@@ -76,14 +77,14 @@ class KvCache {
   uint64_t reserved_bytes() const;
   // Bytes of K and V rows holding live tokens, of every sequence or of one.
   uint64_t used_bytes() const;
-  uint64_t used_bytes(int seq) const;
+  uint64_t used_bytes(int seq) const override;
   // Bytes of the pages sequences hold (unquantized; the reservation when quantized).
   uint64_t held_bytes() const;
 
   // Tokens held by one head.
-  int32_t size(int layer, int seq, int head) const;
+  int32_t size(int layer, int seq, int head) const override;
   // Positions of those tokens, in time order.
-  const int32_t* positions(int layer, int seq, int head) const;
+  const int32_t* positions(int layer, int seq, int head) const override;
   bool quantized() const { return opts_.quant != KvQuant::kNone; }
   size_t row_bytes() const { return row_bytes_; }
 
@@ -135,7 +136,7 @@ class KvCache {
   Status reserve(int seq, int32_t n);
   // Every row of one head as floats, [size][head_dim] each (either pointer may be null): FP16/F32
   // rows converted, quantized rows dequantized (FP16 copies where kept). Thread-safe.
-  void read_rows(int layer, int seq, int head, float* k, float* v) const;
+  void read_rows(int layer, int seq, int head, float* k, float* v) const override;
   // Rows [begin, end) only, written from k[0] / v[0] ([end - begin][head_dim]); quantized caches.
   void read_rows(int layer, int seq, int head, int32_t begin, int32_t end, float* k, float* v) const;
   // The storage of one quantized head as it is, for kernels that dequantize it themselves (the CPU
@@ -178,13 +179,18 @@ class KvCache {
   // Keeps only the given slots (ascending indices into the head's rows) and compacts them to the
   // front, giving pages no longer needed back to the pool; used by eviction policies. kOverBudget
   // only when rows must move into a page shared with another sequence and no page is free.
-  Status keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots);
+  Status keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots) override;
 
   // One float per token kept beside its row and compacted with it (H2O's accumulated attention).
   // Allocated on first call; a token starts at 0 when appended.
-  void enable_token_stats();
+  bool enable_token_stats() override;
   bool has_token_stats() const { return !stats_.empty(); }
-  float* token_stats(int layer, int seq, int head) { return stats_[static_cast<size_t>(index(layer, seq, head))].data(); }
+  float* token_stats(int layer, int seq, int head) override {
+    return stats_[static_cast<size_t>(index(layer, seq, head))].data();
+  }
+  KvStoreShape store_shape() const override {
+    return KvStoreShape{opts_.n_layer, opts_.n_seq, opts_.n_head_kv, opts_.head_dim};
+  }
 
  private:
   int index(int layer, int seq, int head) const {

@@ -293,14 +293,25 @@ struct RopeDev {
 };
 
 // KV cache layout on the device: [layer][seq][kv head][capacity][head_dim] F16, and the position
-// of every slot per sequence, [seq][capacity] (all layers and heads hold the same tokens).
+// of every slot of every head, [layer][seq][kv head][capacity]: an eviction round keeps a
+// different set of tokens in each head (as many in each: rounds cut every head of a sequence to
+// the same budget, so one length per sequence describes them all).
 struct KvDev {
   __half* k = nullptr;
   __half* v = nullptr;
-  int32_t* pos = nullptr;      // [n_seq][capacity]
-  int32_t* seq_len = nullptr;  // [n_seq] tokens held after this step's appends
+  int32_t* pos = nullptr;      // [n_layer][n_seq][n_head_kv][capacity]
+  int32_t* seq_len = nullptr;  // [n_seq] tokens held by each head after this step's appends
   int n_layer = 0, n_seq = 0, n_head_kv = 0, head_dim = 0, capacity = 0;
 };
+// Slot 0 of one (layer, sequence, KV head): its row is at k/v + slot0 * head_dim, its positions
+// at pos + slot0.
+__host__ __device__ inline int64_t kv_slot0(const KvDev& kv, int layer, int seq, int head) {
+  return ((static_cast<int64_t>(layer) * kv.n_seq + seq) * kv.n_head_kv + head) * kv.capacity;
+}
+// Eviction on the device: for every (layer, KV head) of sequence `seq`, keeps the slots
+// keep[(layer * n_head_kv + head) * capacity + i], i < n_kept (ascending), compacted to the front
+// with their positions. keep is a device array.
+void launch_kv_compact(const KvDev& kv, int seq, const int32_t* keep, int n_kept, cudaStream_t s);
 // Writes k, v [n][n_head_kv][head_dim] of token t into slot slot[t] of sequence seq[t].
 void launch_kv_store(const KvDev& kv, int layer, const float* k, const float* v, int n, const int32_t* seq,
                      const int32_t* pos, const int32_t* slot, cudaStream_t s);

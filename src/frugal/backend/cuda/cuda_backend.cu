@@ -562,8 +562,46 @@ class CudaBackend final : public Backend {
   Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
                              int32_t* greedy) override;
   Result<bool> copy_kv_rows(int src, int dst, int32_t begin, int32_t end) override;
+  Result<KvTokenStore*> device_kv(const Model& model, const KvCacheOptions& shape) override;
 
  private:
+  // The device cache's token tables as eviction sees them (kv/token_store.h). Positions are
+  // mirrored on the host; keep_tokens() changes the mirror at once and queues the device's
+  // compaction, which runs (one kernel per sequence) before the next step or read.
+  class Store final : public KvTokenStore {
+   public:
+    explicit Store(CudaBackend& b) : b_(b) {}
+    KvStoreShape store_shape() const override {
+      return KvStoreShape{b_.kv_.n_layer, b_.kv_.n_seq, b_.kv_.n_head_kv, b_.kv_.head_dim};
+    }
+    int32_t size(int layer, int seq, int head) const override {
+      const std::vector<int32_t>* v = b_.head_positions(layer, seq, head);
+      return v != nullptr ? static_cast<int32_t>(v->size()) : 0;
+    }
+    const int32_t* positions(int layer, int seq, int head) const override {
+      const std::vector<int32_t>* v = b_.head_positions(layer, seq, head);
+      return v != nullptr ? v->data() : nullptr;
+    }
+    void read_rows(int layer, int seq, int head, float* k, float* v) const override {
+      b_.read_head_rows(layer, seq, head, k, v);
+    }
+    Status keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots) override {
+      return b_.keep_head_tokens(layer, seq, head, slots);
+    }
+    uint64_t used_bytes(int seq) const override {
+      if (seq < 0 || seq >= b_.kv_.n_seq) return 0;
+      return static_cast<uint64_t>(b_.seq_pos_[static_cast<size_t>(seq)].size()) * b_.kv_.n_layer *
+             b_.kv_.n_head_kv * b_.kv_.head_dim * 2 * sizeof(__half);
+    }
+
+   private:
+    CudaBackend& b_;
+  };
+  const std::vector<int32_t>* head_positions(int layer, int seq, int head) const;
+  void read_head_rows(int layer, int seq, int head, float* k, float* v);
+  Status keep_head_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots);
+  // Runs the compaction queued for `seq` (or for every sequence with seq < 0) on the step stream.
+  Status apply_keeps(int seq);
   Status upload(const Model& m);
   Status ensure_kv(const KvCacheOptions& o);
   Status ensure_buffers(int64_t n);
@@ -595,6 +633,13 @@ class CudaBackend final : public Backend {
   Buffers buf_;
   int32_t* pinned_ = nullptr;  // host staging of the packet
   std::vector<std::vector<int32_t>> seq_pos_;  // [seq] positions of the device rows, in slot order
+                                               // (of layer 0, KV head 0 once the sequence evicted)
+  // [seq][layer * n_head_kv + head]: positions per head once an eviction round thinned the
+  // sequence (empty before: every head holds seq_pos_), and the compaction queued since the last
+  // step (device slots kept, in order; empty: none for that head).
+  std::vector<std::vector<std::vector<int32_t>>> head_pos_, keep_;
+  int32_t* keep_map_ = nullptr;  // device [n_layer * n_head_kv][capacity]: one sequence's compaction
+  Store store_{*this};
   int attn_tokens_per_block_ = 0;              // of the step being prepared (prepare())
   std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;  // (n, n_out, attention tokens per block) ->
                                                                  // graph; null: seen once
@@ -701,9 +746,13 @@ Status CudaBackend::ensure_kv(const KvCacheOptions& o) {
         " bytes");
   FRUGAL_RETURN_IF_ERROR(state_.alloc(elems, &kv_.k));
   FRUGAL_RETURN_IF_ERROR(state_.alloc(elems, &kv_.v));
-  FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(o.n_seq) * o.capacity, &kv_.pos));
+  const size_t heads = static_cast<size_t>(kv_.n_layer) * kv_.n_head_kv;
+  FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(o.n_seq) * heads * o.capacity, &kv_.pos));
   FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(o.n_seq), &kv_.seq_len));
+  FRUGAL_RETURN_IF_ERROR(state_.alloc(heads * o.capacity, &keep_map_));
   seq_pos_.assign(static_cast<size_t>(o.n_seq), {});
+  head_pos_.assign(static_cast<size_t>(o.n_seq), {});
+  keep_.assign(static_cast<size_t>(o.n_seq), {});
   return ok_status();
 }
 
@@ -763,16 +812,32 @@ Status CudaBackend::prepare(const Batch& b, int* n_out) {
     added[b.seq[static_cast<size_t>(i)]]++;
   }
   for (const auto& [s, p0] : first) {
+    if (s < 0 || s >= kv_.n_seq) {
+      return fail(ErrorCode::kInvalidArgument, "forward: sequence ", s, " outside the cache's ", kv_.n_seq);
+    }
     const auto& v = seq_pos_[static_cast<size_t>(s)];
     const int64_t keep = std::lower_bound(v.begin(), v.end(), p0) - v.begin();
     if (keep + added[s] > kv_.capacity) {
       return fail(ErrorCode::kOverBudget, "forward: sequence ", s, " needs ", keep + added[s],
                   " tokens of context but the cache holds ", kv_.capacity);
     }
+    // An evicted sequence is truncated head by head; every head must keep as many rows (its
+    // rows share one slot counter), which holds for a new request (nothing kept) and for
+    // continuing past the newest token (everything kept), not for a rollback into thinned rows.
+    for (const auto& hp : head_pos_[static_cast<size_t>(s)]) {
+      if (std::lower_bound(hp.begin(), hp.end(), p0) - hp.begin() != keep) {
+        return fail(ErrorCode::kNotSupported, "forward: sequence ", s, " was thinned by eviction and cannot be ",
+                    "rolled back to position ", p0, " (its heads keep different tokens before it)");
+      }
+    }
   }
   for (const auto& [s, p0] : first) {
     auto& v = seq_pos_[static_cast<size_t>(s)];
-    v.resize(static_cast<size_t>(std::lower_bound(v.begin(), v.end(), p0) - v.begin()));
+    const size_t keep = static_cast<size_t>(std::lower_bound(v.begin(), v.end(), p0) - v.begin());
+    v.resize(keep);
+    auto& heads = head_pos_[static_cast<size_t>(s)];
+    if (keep == 0) heads.clear();  // a fresh start: every head holds the same tokens again
+    for (auto& hp : heads) hp.resize(keep);
   }
   const int64_t cap = buf_.cap;
   int32_t* tokens = pinned_;
@@ -790,6 +855,7 @@ Status CudaBackend::prepare(const Batch& b, int* n_out) {
     seq[i] = b.seq[u];
     slot[i] = static_cast<int32_t>(v.size());
     v.push_back(b.pos[u]);
+    for (auto& hp : head_pos_[static_cast<size_t>(b.seq[u])]) hp.push_back(b.pos[u]);
     if (b.want_logits[u]) rows[no++] = static_cast<int32_t>(i);
   }
   for (int s = 0; s < kv_.n_seq; ++s) lens[s] = static_cast<int32_t>(seq_pos_[static_cast<size_t>(s)].size());
@@ -958,6 +1024,7 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
   FRUGAL_RETURN_IF_ERROR(ensure_kv(kv.options()));
   const int n = static_cast<int>(batch.size());
   FRUGAL_RETURN_IF_ERROR(ensure_buffers(n));
+  FRUGAL_RETURN_IF_ERROR(apply_keeps(-1));
   int n_out = 0;
   FRUGAL_RETURN_IF_ERROR(prepare(batch, &n_out));
   const bool graph = opts_.graphs && n <= kGraphMaxTokens;
@@ -1012,6 +1079,11 @@ Result<bool> CudaBackend::copy_kv_rows(int src, int dst, int32_t begin, int32_t 
     return fail(ErrorCode::kInvalidArgument, "kv copy: sequences ", src, " -> ", dst, " positions [", begin, ", ",
                 end, ") out of range (", kv_.n_seq, " sequences)");
   }
+  FRUGAL_RETURN_IF_ERROR(apply_keeps(-1));
+  if (!head_pos_[static_cast<size_t>(src)].empty()) {
+    return fail(ErrorCode::kInvalidArgument, "kv copy: sequence ", src, " was thinned by eviction and is no prefix");
+  }
+  head_pos_[static_cast<size_t>(dst)].clear();
   auto& from = seq_pos_[static_cast<size_t>(src)];
   auto& to = seq_pos_[static_cast<size_t>(dst)];
   // dst keeps what precedes `begin` (rows past it belong to its previous request).
@@ -1042,13 +1114,117 @@ Result<bool> CudaBackend::copy_kv_rows(int src, int dst, int32_t begin, int32_t 
                                   cudaMemcpyDeviceToDevice, stream_));
       FRUGAL_CUDA(cudaMemcpyAsync(kv_.v + base(dst), kv_.v + base(src), rows * hd * sizeof(__half),
                                   cudaMemcpyDeviceToDevice, stream_));
+      FRUGAL_CUDA(cudaMemcpyAsync(kv_.pos + kv_slot0(kv_, l, dst, h) + begin, kv_.pos + kv_slot0(kv_, l, src, h) + begin,
+                                  rows * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream_));
     }
   }
-  const size_t cap = static_cast<size_t>(kv_.capacity);
-  FRUGAL_CUDA(cudaMemcpyAsync(kv_.pos + dst * cap + begin, kv_.pos + src * cap + begin, rows * sizeof(int32_t),
-                              cudaMemcpyDeviceToDevice, stream_));
   to.insert(to.end(), from.begin() + begin, from.begin() + end);
   return true;
+}
+
+Result<KvTokenStore*> CudaBackend::device_kv(const Model& model, const KvCacheOptions& shape) {
+  if (&model != model_) FRUGAL_RETURN_IF_ERROR(upload(model));
+  FRUGAL_RETURN_IF_ERROR(ensure_kv(shape));
+  return static_cast<KvTokenStore*>(&store_);
+}
+
+const std::vector<int32_t>* CudaBackend::head_positions(int layer, int seq, int head) const {
+  if (seq < 0 || seq >= kv_.n_seq || layer < 0 || layer >= kv_.n_layer || head < 0 || head >= kv_.n_head_kv) {
+    return nullptr;
+  }
+  const auto& heads = head_pos_[static_cast<size_t>(seq)];
+  return heads.empty() ? &seq_pos_[static_cast<size_t>(seq)]
+                       : &heads[static_cast<size_t>(layer) * kv_.n_head_kv + head];
+}
+
+Status CudaBackend::keep_head_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots) {
+  const std::vector<int32_t>* cur = head_positions(layer, seq, head);
+  if (cur == nullptr) {
+    return fail(ErrorCode::kInvalidArgument, "kv keep: layer ", layer, ", sequence ", seq, ", head ", head,
+                " outside the device cache (", kv_.n_layer, " layers, ", kv_.n_seq, " sequences, ", kv_.n_head_kv,
+                " KV heads)");
+  }
+  const auto n = static_cast<int32_t>(cur->size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] < 0 || slots[i] >= n || (i > 0 && slots[i] <= slots[i - 1])) {
+      return fail(ErrorCode::kInvalidArgument, "kv keep: slots must be ascending in [0, ", n, "); slot ", i, " is ",
+                  slots[i]);
+    }
+  }
+  const size_t heads = static_cast<size_t>(kv_.n_layer) * kv_.n_head_kv;
+  auto& hp_all = head_pos_[static_cast<size_t>(seq)];
+  if (hp_all.empty()) hp_all.assign(heads, seq_pos_[static_cast<size_t>(seq)]);
+  auto& keep_all = keep_[static_cast<size_t>(seq)];
+  if (keep_all.empty()) keep_all.assign(heads, {});
+  const size_t idx = static_cast<size_t>(layer) * kv_.n_head_kv + head;
+  std::vector<int32_t>& hp = hp_all[idx];
+  std::vector<int32_t>& pending = keep_all[idx];
+  std::vector<int32_t> pos(slots.size()), device(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    pos[i] = hp[static_cast<size_t>(slots[i])];
+    // A head kept twice before a step: its device rows are still the first keep's sources.
+    device[i] = pending.empty() ? slots[i] : pending[static_cast<size_t>(slots[i])];
+  }
+  hp = std::move(pos);
+  pending = std::move(device);
+  return ok_status();
+}
+
+Status CudaBackend::apply_keeps(int only) {
+  for (int s = 0; s < kv_.n_seq; ++s) {
+    if (only >= 0 && s != only) continue;
+    auto& keep_all = keep_[static_cast<size_t>(s)];
+    if (keep_all.empty()) continue;
+    const auto& hp_all = head_pos_[static_cast<size_t>(s)];
+    const size_t kept = hp_all[0].size();
+    const size_t held = seq_pos_[static_cast<size_t>(s)].size();
+    std::vector<int32_t> map(hp_all.size() * static_cast<size_t>(kv_.capacity), 0);
+    for (size_t h = 0; h < hp_all.size(); ++h) {
+      if (hp_all[h].size() != kept) {
+        keep_all.clear();
+        return fail(ErrorCode::kInvalidArgument, "kv keep: sequence ", s, " would hold ", kept, " tokens in its first head and ",
+                    hp_all[h].size(), " in head ", h, " (layer x head); the device cache keeps one count per sequence, so ",
+                    "a round must cut every head alike");
+      }
+      int32_t* m = map.data() + h * static_cast<size_t>(kv_.capacity);
+      const auto& pending = keep_all[h];
+      for (size_t i = 0; i < kept; ++i) m[i] = pending.empty() ? static_cast<int32_t>(i) : pending[i];
+      if (pending.empty() && kept != held) {
+        keep_all.clear();
+        return fail(ErrorCode::kInvalidArgument, "kv keep: head ", h, " of sequence ", s, " was not thinned but holds ", kept,
+                    " of ", held, " rows");
+      }
+    }
+    FRUGAL_CUDA(cudaMemcpyAsync(keep_map_, map.data(), map.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    launch_kv_compact(kv_, s, keep_map_, static_cast<int>(kept), stream_);
+    FRUGAL_RETURN_IF_ERROR(take_launch_error());
+    // The map is host memory the copy reads: wait before it goes (rounds are rare).
+    FRUGAL_CUDA(cudaStreamSynchronize(stream_));
+    seq_pos_[static_cast<size_t>(s)] = hp_all[0];
+    keep_all.clear();
+  }
+  return ok_status();
+}
+
+void CudaBackend::read_head_rows(int layer, int seq, int head, float* k, float* v) {
+  const std::vector<int32_t>* cur = head_positions(layer, seq, head);
+  if (cur == nullptr) return;
+  const size_t n = cur->size(), hd = static_cast<size_t>(kv_.head_dim);
+  const Status st = apply_keeps(seq);
+  std::vector<uint16_t> h(n * hd);
+  const int64_t base = kv_slot0(kv_, layer, seq, head) * static_cast<int64_t>(hd);
+  for (int which = 0; which < 2; ++which) {
+    float* out = which == 0 ? k : v;
+    if (out == nullptr) continue;
+    cudaError_t e = cudaErrorUnknown;
+    if (st.ok()) {
+      e = cudaMemcpyAsync(h.data(), (which == 0 ? kv_.k : kv_.v) + base, n * hd * sizeof(__half),
+                          cudaMemcpyDeviceToHost, stream_);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+    }
+    // Rows that cannot be read are NaN, never stale numbers.
+    for (size_t i = 0; i < n * hd; ++i) out[i] = e == cudaSuccess ? fp16_to_f32(h[i]) : NAN;
+  }
 }
 
 // Test hooks: a one-off stream, cuBLAS handle and weight.

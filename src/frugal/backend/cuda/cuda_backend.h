@@ -66,7 +66,7 @@ Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, 
 Status quantize_activations_on_device(int op, bool k256, const float* x, const float* w, int rows, int dim, float eps,
                                       float* y, int8_t* q, float* d, int* s);
 // Test hook (flash_attention.cu): uploads a cache (k_half/v_half: F16 bits [n_layer][n_seq][n_head_kv][capacity][head_dim],
-// kpos [n_seq][capacity], seq_len [n_seq]) and queries, runs launch_attention (which 0),
+// kpos [n_layer][n_seq][n_head_kv][capacity], seq_len [n_seq]) and queries, runs launch_attention (which 0),
 // launch_attention_flash (1) or launch_attention_split (2, scratch sized from max_keys), or those
 // two with one query token per block (4: flash, 3: split), on layer `layer`, and downloads out [n][n_head][head_dim]. kNotSupported when the launcher declined.
 Status attention_on_device(int which, const uint16_t* k_half, const uint16_t* v_half, const int32_t* kpos,

@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a
         int kbeg = 0, kend = 0;
         if (next != INT_MAX) {
           const int n_keys = a.kv.seq_len[next];
-          const int32_t* kp = a.kv.pos + static_cast<int64_t>(next) * a.kv.capacity;
+          const int32_t* kp = a.kv.pos + kv_slot0(a.kv, a.layer, next, g);
           kend = count_le(kp, n_keys, qmax);
           if (a.p.window > 0) kbeg = count_le(kp, kend, static_cast<int64_t>(qmin) - a.p.window);
           if (gridDim.z > 1) {
@@ -225,9 +225,8 @@ __global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a
     const bool active = row_seq[my_row] == s;
     const int qp = row_pos[my_row];
     const bool warp_active = __any_sync(0xFFFFFFFFu, active);
-    const int32_t* kp = a.kv.pos + static_cast<int64_t>(s) * a.kv.capacity;
-    const int64_t base =
-        ((static_cast<int64_t>(a.layer) * a.kv.n_seq + s) * a.kv.n_head_kv + g) * a.kv.capacity * static_cast<int64_t>(D);
+    const int32_t* kp = a.kv.pos + kv_slot0(a.kv, a.layer, s, g);
+    const int64_t base = kv_slot0(a.kv, a.layer, s, g) * static_cast<int64_t>(D);
     const __half* kb = a.kv.k + base;
     const __half* vb = a.kv.v + base;
 
@@ -555,7 +554,7 @@ Status attention_on_device(int which, const uint16_t* k_half, const uint16_t* v_
     which = which == 3 ? 2 : 1;
   }
   const size_t kv_elems = static_cast<size_t>(n_layer) * n_seq * n_head_kv * capacity * head_dim;
-  const size_t pos_elems = static_cast<size_t>(n_seq) * capacity;
+  const size_t pos_elems = static_cast<size_t>(n_layer) * n_seq * n_head_kv * capacity;
   const size_t q_elems = static_cast<size_t>(n) * n_head * head_dim;
   DeviceArena arena;  // everything below is freed when the hook returns
   auto alloc = [&](size_t bytes, void** ptr) -> Status {
@@ -631,8 +630,9 @@ Status attention_bench_on_device(int which, int n_head, int n_head_kv, int head_
   p.scale = 1.f / sqrtf(static_cast<float>(head_dim));
   const size_t kv_elems = static_cast<size_t>(n_head_kv) * n_ctx * head_dim;
   const size_t q_elems = static_cast<size_t>(n) * n_head * head_dim;
-  std::vector<int32_t> kpos(static_cast<size_t>(n_ctx)), qseq(static_cast<size_t>(n), 0), qpos(static_cast<size_t>(n));
-  for (int i = 0; i < n_ctx; ++i) kpos[static_cast<size_t>(i)] = i;
+  std::vector<int32_t> kpos(static_cast<size_t>(n_head_kv) * n_ctx), qseq(static_cast<size_t>(n), 0),
+      qpos(static_cast<size_t>(n));
+  for (size_t i = 0; i < kpos.size(); ++i) kpos[i] = static_cast<int32_t>(i % static_cast<size_t>(n_ctx));
   for (int i = 0; i < n; ++i) qpos[static_cast<size_t>(i)] = n_ctx - n + i;
   const int32_t len = n_ctx;
   cudaEvent_t e0 = nullptr, e1 = nullptr;

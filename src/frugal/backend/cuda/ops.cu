@@ -159,10 +159,10 @@ __global__ void kv_store_kernel(KvDev kv, int layer, const float* __restrict__ k
   const int e = static_cast<int>(i % kv_dim);
   const int head = e / kv.head_dim, d = e % kv.head_dim;
   const int s = seq[t], sl = slot[t];
-  const int64_t row = ((static_cast<int64_t>(layer) * kv.n_seq + s) * kv.n_head_kv + head) * kv.capacity + sl;
+  const int64_t row = kv_slot0(kv, layer, s, head) + sl;
   kv.k[row * kv.head_dim + d] = __float2half_rn(k[i]);
   kv.v[row * kv.head_dim + d] = __float2half_rn(v[i]);
-  if (e == 0) kv.pos[static_cast<int64_t>(s) * kv.capacity + sl] = pos[t];
+  if (d == 0) kv.pos[row] = pos[t];
 }
 
 // One block of kAttnWarps warps per (query token, head). Each warp walks every kAttnWarps-th key
@@ -224,10 +224,51 @@ __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict
     kval = second ? x0 * sn + x1 * c : x0 * c - x1 * sn;
   }
   const int s = seq[t], sl = slot[t];
-  const int64_t row = ((static_cast<int64_t>(layer) * kv.n_seq + s) * kv.n_head_kv + head) * kv.capacity + sl;
+  const int64_t row = kv_slot0(kv, layer, s, head) + sl;
   kv.k[row * hd + d] = __float2half_rn(kval);
   kv.v[row * hd + d] = __float2half_rn(v[i]);
-  if (e == 0) kv.pos[static_cast<int64_t>(s) * kv.capacity + sl] = pos[t];
+  if (d == 0) kv.pos[row] = pos[t];
+}
+
+// Eviction's compaction, one block per (layer, KV head) of one sequence. Kept slots are ascending
+// (keep[i] >= i), so rows only move towards the front; a tile of kCompactTile rows is read whole
+// into shared memory before any of it is written, and a later tile's sources lie at or past its
+// own rows, beyond everything written before it: in-place moves without a second buffer. Rows
+// that stay where they are (keep[i] == i, the untouched prefix) are neither read nor written.
+constexpr int kCompactTile = 16;
+__global__ void kv_compact_kernel(KvDev kv, int seq, const int32_t* __restrict__ keep, int n_kept) {
+  pdl_wait();
+  pdl_trigger();
+  extern __shared__ uint32_t tile[];  // [2][kCompactTile][head_dim / 2]: K rows, then V rows
+  __shared__ int32_t tile_pos[kCompactTile];
+  const int lh = static_cast<int>(blockIdx.x);
+  const int layer = lh / kv.n_head_kv, head = lh % kv.n_head_kv;
+  const int64_t slot0 = kv_slot0(kv, layer, seq, head);
+  const int w = kv.head_dim / 2;  // 32-bit words per row
+  uint32_t* k = reinterpret_cast<uint32_t*>(kv.k) + slot0 * w;
+  uint32_t* v = reinterpret_cast<uint32_t*>(kv.v) + slot0 * w;
+  int32_t* pos = kv.pos + slot0;
+  const int32_t* kp = keep + static_cast<int64_t>(lh) * kv.capacity;
+  for (int i0 = 0; i0 < n_kept; i0 += kCompactTile) {
+    const int rows = min(kCompactTile, n_kept - i0);
+    for (int e = threadIdx.x; e < rows * w; e += blockDim.x) {
+      const int r = e / w, c = e % w;
+      const int src = kp[i0 + r];
+      if (src == i0 + r) continue;
+      tile[r * w + c] = k[static_cast<int64_t>(src) * w + c];
+      tile[(kCompactTile + r) * w + c] = v[static_cast<int64_t>(src) * w + c];
+    }
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) tile_pos[r] = pos[kp[i0 + r]];
+    __syncthreads();
+    for (int e = threadIdx.x; e < rows * w; e += blockDim.x) {
+      const int r = e / w, c = e % w;
+      if (kp[i0 + r] == i0 + r) continue;
+      k[static_cast<int64_t>(i0 + r) * w + c] = tile[r * w + c];
+      v[static_cast<int64_t>(i0 + r) * w + c] = tile[(kCompactTile + r) * w + c];
+    }
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) pos[i0 + r] = tile_pos[r];
+    __syncthreads();
+  }
 }
 
 constexpr int kAttnWarps = 4;
@@ -246,8 +287,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(KvDev kv,
   const int s = seq[t];
   const int qp = qpos_arr[t];
   const int n_keys = kv.seq_len[s];
-  const int32_t* kpos = kv.pos + static_cast<int64_t>(s) * kv.capacity;
-  const int64_t base = ((static_cast<int64_t>(layer) * kv.n_seq + s) * kv.n_head_kv + g) * kv.capacity * hd;
+  const int32_t* kpos = kv.pos + kv_slot0(kv, layer, s, g);
+  const int64_t base = kv_slot0(kv, layer, s, g) * hd;
   const __half* kb = kv.k + base;
   const __half* vb = kv.v + base;
   const float* qh = q + (static_cast<int64_t>(t) * p.n_head + h) * hd;
@@ -569,6 +610,12 @@ void launch_rope_store(float* q, const float* k, const float* v, int n, int n_he
   if (grid == 0) return;
   launch_kernel("rope_store_kernel", rope_store_kernel, dim3(grid), dim3(256), 0, s, q, k, v, n, n_head, kv, layer, seq,
                 pos, slot, p);
+}
+void launch_kv_compact(const KvDev& kv, int seq, const int32_t* keep, int n_kept, cudaStream_t s) {
+  if (n_kept <= 0 || kv.n_layer <= 0 || kv.n_head_kv <= 0) return;
+  const size_t smem = sizeof(uint32_t) * 2 * kCompactTile * static_cast<size_t>(kv.head_dim / 2);
+  launch_kernel("kv_compact_kernel", kv_compact_kernel, dim3(static_cast<unsigned>(kv.n_layer * kv.n_head_kv)),
+                dim3(256), smem, s, kv, seq, keep, n_kept);
 }
 void launch_kv_store(const KvDev& kv, int layer, const float* k, const float* v, int n, const int32_t* seq,
                      const int32_t* pos, const int32_t* slot, cudaStream_t s) {

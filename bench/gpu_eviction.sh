@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# KV eviction on the CUDA backend, on a GPU machine, from the packed binaries (bench/cuda_h200.sh
+# --pack) with the npm clients and a node binary carried as archives in .gpucarry/ (node.xz,
+# node_modules.tar.xz, cudabench.tar.xz: the packed .cudabench folder).
+#   PHASE smoke: every CUDA test (the eviction tests included), greedy cpu == cuda on the default
+#                model, and the server end-to-end tests with `serve --device cuda`.
+#   PHASE bench: a Llama-3.1-8B-shaped F16 model (random weights): tg128/pp512 and 64 parallel
+#                sequences (the numbers docs/benchmarks.md keeps, to see the per-head positions cost
+#                nothing), then bench/kv_serving.py: 64 concurrent generations of MAX_TOKENS tokens
+#                with the full cache, window and random at a 25% budget.
+# Usage there: bash bench/gpu_eviction.sh PHASE [SECONDS]. Everything lands in $OUT/gpu-eviction.tgz
+# and the log $OUT/gpu-eviction.log.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PHASE=${1:-smoke}
+BUDGET=${2:-540}
+cd "$ROOT"
+if [ -f .gpucarry/cudabench.tar.xz ] && [ ! -x .cudabench/bin/frugal ]; then tar xJf .gpucarry/cudabench.tar.xz; fi
+RUN=gpu-eviction
+LOGNAME_=gpu-eviction.log
+# shellcheck source=bench/gpu_run.sh
+. "$ROOT/bench/gpu_run.sh"
+say "phase $PHASE, budget $BUDGET s; $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
+step() {  # step NAME CMD...: output in $WORK/NAME.out, status and seconds in steps.tsv
+  local name=$1; shift
+  local t0; t0=$(date +%s)
+  "$@" >"$WORK/$name.out" 2>&1
+  local rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - t0))" >>"$STEPS"
+  say "$name: exit $rc in $(($(date +%s) - t0)) s"
+  pack
+  return $rc
+}
+
+if [ "$PHASE" = smoke ]; then
+  step cuda-tests "$PACK/bin/cuda_tests"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|requests, .* eviction rounds|rel_l2|evicted" "$WORK/cuda-tests.out" | head -60
+  # The same task with a window policy on either backend: the text must be the same.
+  for dev in cpu cuda; do
+    step "run-default-$dev" sh -c "'$F' run -m '$ROOT/models/default.gguf' --device $dev --task kv_recall --temp 0 \
+      --kv-policy window --kv-budget 96 --kv-buffer 16 --json >'$WORK/run-default-$dev.json'"
+  done
+  if cmp -s <(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['text'])" "$WORK/run-default-cpu.json") \
+            <(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['text'])" "$WORK/run-default-cuda.json"); then
+    say "window policy run: cuda text identical to cpu"
+  else
+    say "window policy run: cuda DIFFERS from cpu"; head -c 600 "$WORK/run-default-cpu.json" "$WORK/run-default-cuda.json"
+  fi
+  if [ -f .gpucarry/node.xz ]; then
+    mkdir -p /tmp/nodebin && xz -dc .gpucarry/node.xz >/tmp/nodebin/node && chmod +x /tmp/nodebin/node
+    [ -d node_modules/openai ] || tar xJf .gpucarry/node_modules.tar.xz
+    PATH=/tmp/nodebin:$PATH FRUGAL_EXTRA_ARGS="--device cuda" step e2e-cuda bash tests/server_e2e/run.sh "$PACK/bin"
+    grep -E "^# (tests|pass|fail)|^not ok" "$WORK/e2e-cuda.out" | head -20
+  fi
+fi
+
+if [ "$PHASE" = bench ]; then
+  M=${TMPDIR:-/tmp}/llama8b-F16.gguf
+  step synth "$F" synth --preset llama3.1-8b --type F16 -t 8 -o "$M"
+  step bench-f16 env FRUGAL_CUDA_PDL=1 "$F" bench -m "$M" --device cuda -p 512 -n 128 -r 3 --greedy
+  step bench-f16-x64 env FRUGAL_CUDA_PDL=1 "$F" bench -m "$M" --device cuda -p 0 -n 128 -r 2 --parallel 64 -d 16 --greedy
+  grep -E "pp512|tg128" "$WORK"/bench-f16*.out
+  MAXT=${MAX_TOKENS:-4096}
+  step serving env FRUGAL_CUDA_PDL=1 python3 "$ROOT/bench/kv_serving.py" --frugal "$F" -m "$M" --device cuda \
+    --parallel 64 --requests 64 --max-tokens "$MAXT" --ctx $((MAXT + 64)) --budget 0.25 --memory-fraction 0 \
+    --policies "${POLICIES:-full,window,random}" --json "$WORK/serving.json"
+  cat "$WORK/serving.out"
+fi
+say "done"

@@ -1,0 +1,281 @@
+// KV eviction on the CUDA backend's device-resident cache: the token store a backend exposes
+// (Backend::device_kv) keeps exactly the rows and positions a round asks for, in every head
+// separately, composes two rounds before a step, refuses malformed keeps and uneven heads with a
+// named error; and the engine's window and random policies decode on the GPU the tokens they decode
+// on the CPU (the same tokens kept, the same greedy choices). Every test skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "frugal/backend/cuda/cuda_backend.h"
+#include "frugal/engine/engine.h"
+#include "frugal/eval/task.h"
+#include "frugal/kv/token_store.h"
+#include "frugal/model/model.h"
+#include "frugal/tokenize/tokenizer.h"
+
+namespace frugal {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+#define SKIP_WITHOUT_GPU()                                                  \
+  do {                                                                      \
+    auto info = cuda::device_info();                                        \
+    if (!info.ok()) GTEST_SKIP() << "no GPU: " << info.status().message(); \
+  } while (0)
+
+std::string default_model() { return std::string(FRUGAL_SOURCE_DIR) + "/models/default.gguf"; }
+
+// Rows of every head of sequence `seq`: [layer][head] -> [size][head_dim] K then V.
+struct HeadRows {
+  std::vector<int32_t> pos;
+  std::vector<float> k, v;
+};
+std::vector<HeadRows> read_all(KvTokenStore& st, int seq) {
+  const KvStoreShape sh = st.store_shape();
+  std::vector<HeadRows> out;
+  for (int l = 0; l < sh.n_layer; ++l) {
+    for (int h = 0; h < sh.n_head_kv; ++h) {
+      HeadRows r;
+      const int32_t n = st.size(l, seq, h);
+      r.pos.assign(st.positions(l, seq, h), st.positions(l, seq, h) + n);
+      r.k.resize(static_cast<size_t>(n) * sh.head_dim);
+      r.v.resize(r.k.size());
+      st.read_rows(l, seq, h, r.k.data(), r.v.data());
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> random_subset(int32_t n, int32_t keep, std::mt19937& rng) {
+  std::vector<int32_t> all(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(static_cast<size_t>(keep));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+TEST(CudaEviction, DeviceStoreKeepsExactlyTheChosenRowsPerHead) {
+  SKIP_WITHOUT_GPU();
+  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
+  auto model = Model::load(default_model());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  Model& m = **model;
+  auto gpu = make_cuda_backend();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  auto kv = KvCache::create(m.kv_options(2, 64));
+  ASSERT_TRUE(kv.ok());
+  auto store_r = (*gpu)->device_kv(m, kv->options());
+  ASSERT_TRUE(store_r.ok()) << store_r.status().message();
+  KvTokenStore& st = **store_r;
+  const KvStoreShape sh = st.store_shape();
+  ASSERT_EQ(sh.n_layer, m.config().n_layer);
+  ASSERT_EQ(sh.n_seq, 2);
+
+  // Two sequences of 40 tokens (every head holds positions 0..39).
+  const int64_t nv = m.config().n_vocab;
+  Batch b;
+  for (int s = 0; s < 2; ++s) {
+    for (int i = 0; i < 40; ++i) b.add(static_cast<TokenId>((7 * i + 13 * s + 3) % nv), i, s, i == 39);
+  }
+  std::vector<float> logits(static_cast<size_t>(2 * nv));
+  ASSERT_TRUE(m.forward(b, *kv, **gpu, logits.data()).ok());
+  const std::vector<HeadRows> before0 = read_all(st, 0), before1 = read_all(st, 1);
+  for (const HeadRows& r : before1) {
+    ASSERT_EQ(r.pos.size(), 40u);
+    for (int i = 0; i < 40; ++i) ASSERT_EQ(r.pos[static_cast<size_t>(i)], i);
+  }
+
+  // Two rounds before the next step, a different subset in every head: 40 -> 25 -> 20.
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::vector<int32_t>> expect(before1.size());
+  for (int l = 0; l < sh.n_layer; ++l) {
+    for (int h = 0; h < sh.n_head_kv; ++h) {
+      const size_t idx = static_cast<size_t>(l) * sh.n_head_kv + h;
+      const auto first = random_subset(40, 25, rng), second = random_subset(25, 20, rng);
+      ASSERT_TRUE(st.keep_tokens(l, 1, h, first).ok());
+      ASSERT_TRUE(st.keep_tokens(l, 1, h, second).ok());
+      for (int32_t j : second) expect[idx].push_back(first[static_cast<size_t>(j)]);
+      ASSERT_EQ(st.size(l, 1, h), 20);
+    }
+  }
+  const std::vector<HeadRows> after1 = read_all(st, 1), after0 = read_all(st, 0);
+  for (size_t idx = 0; idx < after1.size(); ++idx) {
+    for (size_t i = 0; i < expect[idx].size(); ++i) {
+      const auto src = static_cast<size_t>(expect[idx][i]);
+      ASSERT_EQ(after1[idx].pos[i], before1[idx].pos[src]) << "head " << idx << " slot " << i;
+      const size_t d = static_cast<size_t>(sh.head_dim);
+      for (size_t e = 0; e < d; ++e) {
+        ASSERT_EQ(after1[idx].k[i * d + e], before1[idx].k[src * d + e]) << "head " << idx << " slot " << i;
+        ASSERT_EQ(after1[idx].v[i * d + e], before1[idx].v[src * d + e]) << "head " << idx << " slot " << i;
+      }
+    }
+  }
+  // The other sequence is untouched.
+  for (size_t idx = 0; idx < after0.size(); ++idx) {
+    EXPECT_EQ(after0[idx].pos, before0[idx].pos);
+    EXPECT_EQ(after0[idx].k, before0[idx].k);
+  }
+  EXPECT_EQ(st.used_bytes(1), static_cast<uint64_t>(20) * sh.n_layer * sh.n_head_kv * sh.head_dim * 4);
+
+  // A decode step after the rounds appends position 40 behind the 20 kept rows of every head, and
+  // its logits are finite.
+  b.clear();
+  b.add(5, 40, 1, true);
+  std::vector<float> one(static_cast<size_t>(nv));
+  ASSERT_TRUE(m.forward(b, *kv, **gpu, one.data()).ok());
+  for (float x : one) ASSERT_TRUE(std::isfinite(x));
+  const std::vector<HeadRows> grown = read_all(st, 1);
+  for (size_t idx = 0; idx < grown.size(); ++idx) {
+    ASSERT_EQ(grown[idx].pos.size(), 21u);
+    EXPECT_EQ(grown[idx].pos.back(), 40);
+    EXPECT_EQ(std::vector<int32_t>(grown[idx].pos.begin(), grown[idx].pos.end() - 1), after1[idx].pos);
+  }
+
+  // Malformed keeps are refused and change nothing.
+  EXPECT_EQ(st.keep_tokens(0, 1, 0, {3, 2}).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(st.keep_tokens(0, 1, 0, {0, 21}).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(st.keep_tokens(sh.n_layer, 1, 0, {0}).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(st.size(0, 1, 0), 21);
+  // Heads cut unevenly: the next step names it instead of running on a wrong slot count.
+  ASSERT_TRUE(st.keep_tokens(0, 1, 0, {0, 1, 2}).ok());
+  b.clear();
+  b.add(6, 41, 1, true);
+  const Status uneven = m.forward(b, *kv, **gpu, one.data());
+  EXPECT_EQ(uneven.code(), ErrorCode::kInvalidArgument) << uneven.message();
+  // A new request in the slot starts clean.
+  b.clear();
+  for (int i = 0; i < 5; ++i) b.add(static_cast<TokenId>(i + 3), i, 1, i == 4);
+  ASSERT_TRUE(m.forward(b, *kv, **gpu, one.data()).ok());
+  EXPECT_EQ(st.size(sh.n_layer - 1, 1, sh.n_head_kv - 1), 5);
+}
+
+// The engine on the GPU with per-request window and random policies gives the tokens it gives on
+// the CPU: the same rounds keep the same tokens on either backend, and the greedy choices agree
+// (as GreedyMatchesCpuDefaultModel shows for a full cache).
+TEST(CudaEviction, EnginePoliciesDecodeAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
+  ModelLoadOptions lo;
+  auto gmodel = Model::load(default_model());
+  lo.cpu_layouts = true;
+  auto cmodel = Model::load(default_model(), lo);
+  ASSERT_TRUE(gmodel.ok() && cmodel.ok());
+  auto tok = Tokenizer::from_gguf((*cmodel)->gguf());
+  ASSERT_TRUE(tok.ok());
+  auto gpu = make_cuda_backend();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  auto cpu = make_cpu_backend(CpuBackendOptions{0});
+  EngineOptions o;
+  o.n_parallel = 4;
+  o.n_ctx = 1024;
+  o.max_waiting = 100;
+  o.telemetry_period_s = 0;
+  auto ge = Engine::create(**gmodel, **tok, **gpu, o);
+  auto ce = Engine::create(**cmodel, **tok, *cpu, o);
+  ASSERT_TRUE(ge.ok()) << ge.status().message();
+  ASSERT_TRUE(ce.ok()) << ce.status().message();
+  struct Req {
+    std::shared_ptr<RequestHandle> g, c;
+    std::string what;
+  };
+  std::vector<Req> reqs;
+  int64_t rounds = 0;
+  for (const char* policy : {"window", "random", "full"}) {
+    for (int i = 0; i < 6; ++i) {
+      eval::TaskOptions to;
+      to.length = 256;
+      const std::string family = eval::task_family_names()[static_cast<size_t>(i) % eval::task_family_names().size()];
+      auto ex = eval::generate_task(family, eval::TaskSplit::kTest, 900 + static_cast<uint64_t>(i), to);
+      ASSERT_TRUE(ex.ok());
+      auto prompt = (*tok)->encode(ex->prompt);
+      ASSERT_TRUE(prompt.ok());
+      RequestOptions r;
+      r.prompt = *prompt;
+      r.sampling.temperature = 0;
+      r.max_tokens = 96;
+      r.ignore_eos = true;  // long enough for several rounds
+      KvPolicyOptions kv;
+      kv.policy = policy;
+      if (kv.policy != "full") {
+        kv.budget = 96;  // below the prompt: the first round thins the prompt too
+        kv.buffer = 16;
+        kv.seed = 11;
+      }
+      r.kv = kv;
+      auto g = (*ge)->submit(r);
+      auto c = (*ce)->submit(r);
+      ASSERT_TRUE(g.ok()) << g.status().message();
+      ASSERT_TRUE(c.ok()) << c.status().message();
+      reqs.push_back({*g, *c, std::string(policy) + " " + family});
+    }
+  }
+  const auto collect = [](RequestHandle& h, std::vector<TokenId>& toks) {
+    RequestUpdate u;
+    for (int i = 0; i < 12000; ++i) {
+      if (!h.wait(u, 10ms)) continue;
+      for (const auto& t : u.tokens) toks.push_back(t.id);
+      if (u.done) return u.finished;
+    }
+    ADD_FAILURE() << "request " << h.id() << " did not finish";
+    return FinishedRequest{};
+  };
+  for (Req& r : reqs) {
+    std::vector<TokenId> gt, ct;
+    const FinishedRequest gf = collect(*r.g, gt), cf = collect(*r.c, ct);
+    EXPECT_EQ(gf.reason, cf.reason) << r.what;
+    EXPECT_EQ(gt, ct) << r.what;
+    EXPECT_EQ(gf.kv.rounds, cf.kv.rounds) << r.what;
+    rounds += gf.kv.rounds;
+  }
+  EXPECT_GT(rounds, 0) << "no eviction round ran";
+  std::printf("%zu requests, %lld eviction rounds on the GPU\n", reqs.size(), static_cast<long long>(rounds));
+}
+
+// Policies that read keys or attention are refused on the GPU with a message naming the policy;
+// the window policy is accepted.
+TEST(CudaEviction, ScoredPoliciesAreRefusedByName) {
+  SKIP_WITHOUT_GPU();
+  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
+  auto model = Model::load(default_model());
+  ASSERT_TRUE(model.ok());
+  auto tok = Tokenizer::from_gguf((*model)->gguf());
+  ASSERT_TRUE(tok.ok());
+  auto gpu = make_cuda_backend();
+  ASSERT_TRUE(gpu.ok());
+  EngineOptions o;
+  o.n_parallel = 1;
+  o.n_ctx = 256;
+  o.telemetry_period_s = 0;
+  auto e = Engine::create(**model, **tok, **gpu, o);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  for (const char* p : {"snapkv", "h2o", "tova", "rkv"}) {
+    RequestOptions r;
+    r.prompt = {1, 5, 9};
+    r.max_tokens = 4;
+    KvPolicyOptions kv;
+    kv.policy = p;
+    kv.budget = 100;
+    r.kv = kv;
+    auto h = (*e)->submit(r);
+    ASSERT_FALSE(h.ok()) << p;
+    EXPECT_EQ(h.status().code(), ErrorCode::kNotSupported);
+    EXPECT_NE(h.status().message().find(p), std::string::npos) << h.status().message();
+  }
+  o.kv.policy = "snapkv";
+  o.kv.budget = 100;
+  EXPECT_EQ(Engine::create(**model, **tok, **gpu, o).status().code(), ErrorCode::kNotSupported);
+}
+
+}  // namespace
+}  // namespace frugal
