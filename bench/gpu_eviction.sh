@@ -57,13 +57,27 @@ fi
 if [ "$PHASE" = bench ]; then
   M=${TMPDIR:-/tmp}/llama8b-F16.gguf
   step synth "$F" synth --preset llama3.1-8b --type F16 -t 8 -o "$M"
-  step bench-f16 env FRUGAL_CUDA_PDL=1 "$F" bench -m "$M" --device cuda -p 512 -n 128 -r 3 --greedy
-  step bench-f16-x64 env FRUGAL_CUDA_PDL=1 "$F" bench -m "$M" --device cuda -p 0 -n 128 -r 2 --parallel 64 -d 16 --greedy
-  grep -E "pp512|tg128" "$WORK"/bench-f16*.out
   MAXT=${MAX_TOKENS:-4096}
   step serving env FRUGAL_CUDA_PDL=1 python3 "$ROOT/bench/kv_serving.py" --frugal "$F" -m "$M" --device cuda \
     --parallel 64 --requests 64 --max-tokens "$MAXT" --ctx $((MAXT + 64)) --budget 0.25 --memory-fraction 0 \
     --policies "${POLICIES:-full,window,random}" --json "$WORK/serving.json"
   cat "$WORK/serving.out"
+  # A/B against the binary of the previous commit when one was carried (.gpucarry/base-frugal.xz),
+  # the two alternating so that neither always runs on a warmer card.
+  BASE=
+  if [ -f .gpucarry/base-frugal.xz ]; then
+    BASE=/tmp/base-frugal && xz -dc .gpucarry/base-frugal.xz >"$BASE" && chmod +x "$BASE"
+  fi
+  for round in 1 2; do
+    for who in new ${BASE:+base}; do
+      [ "$(left)" -gt 60 ] || { say "skipping the rest of the A/B: $(left) s left"; break 2; }
+      bin=$F; [ "$who" = base ] && bin=$BASE
+      step "bench-f16-$who-$round" env FRUGAL_CUDA_PDL=1 "$bin" bench -m "$M" --device cuda -p 512 -n 128 -r 3 --greedy \
+        -d 0,32768
+      step "bench-f16-x64-$who-$round" env FRUGAL_CUDA_PDL=1 "$bin" bench -m "$M" --device cuda -p 0 -n 128 -r 2 \
+        --parallel 64 -d 16 --greedy
+    done
+  done
+  grep -E "pp512|tg128" "$WORK"/bench-f16*.out
 fi
 say "done"
