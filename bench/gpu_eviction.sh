@@ -56,11 +56,13 @@ fi
 
 if [ "$PHASE" = bench ]; then
   M=${TMPDIR:-/tmp}/llama8b-F16.gguf
+  step attention-tests "$PACK/bin/cuda_tests" --gtest_filter='CudaFlashAttention.*:CudaEviction.*:CudaModel.Greedy*'
+  grep -E "^\[  (PASSED|FAILED) " "$WORK/attention-tests.out"
   step synth "$F" synth --preset llama3.1-8b --type F16 -t 8 -o "$M"
   MAXT=${MAX_TOKENS:-4096}
   step serving env FRUGAL_CUDA_PDL=1 python3 "$ROOT/bench/kv_serving.py" --frugal "$F" -m "$M" --device cuda \
     --parallel 64 --requests 64 --max-tokens "$MAXT" --ctx $((MAXT + 64)) --budget 0.25 --memory-fraction 0 \
-    --policies "${POLICIES:-full,window,random}" --json "$WORK/serving.json"
+    --policies "${POLICIES:-full,window,random}" --json "$WORK/serving.json" --server-log "$WORK/serve"
   cat "$WORK/serving.out"
   # A/B against the binary of the previous commit when one was carried (.gpucarry/base-frugal.xz),
   # the two alternating so that neither always runs on a warmer card.
@@ -72,8 +74,9 @@ if [ "$PHASE" = bench ]; then
     for who in new ${BASE:+base}; do
       [ "$(left)" -gt 60 ] || { say "skipping the rest of the A/B: $(left) s left"; break 2; }
       bin=$F; [ "$who" = base ] && bin=$BASE
-      step "bench-f16-$who-$round" env FRUGAL_CUDA_PDL=1 "$bin" bench -m "$M" --device cuda -p 512 -n 128 -r 3 --greedy \
-        -d 0,32768
+      step "bench-f16-$who-$round" env FRUGAL_CUDA_PDL=1 "$bin" bench -m "$M" --device cuda -p "${AB_P:-512}" -n 128 -r 3 \
+        --greedy -d 0,32768
+      [ -n "${AB_NO_X64:-}" ] && continue
       step "bench-f16-x64-$who-$round" env FRUGAL_CUDA_PDL=1 "$bin" bench -m "$M" --device cuda -p 0 -n 128 -r 2 \
         --parallel 64 -d 16 --greedy
     done

@@ -17,6 +17,7 @@ sequence: pass --memory-fraction 0 (no --kv-memory) to compare policies by the r
 reads rather than by a pool they share; the peak KV rows each request held come from its record.
 """
 import argparse
+import http.client
 import json
 import os
 import re
@@ -36,13 +37,30 @@ def free_port():
         return s.getsockname()[1]
 
 
+def open_with_retries(req, timeout, retries):
+    """urlopen, retrying a connection the server reset or dropped before answering (a burst of
+    connections can overflow its listen backlog); returns (response, retries used)."""
+    for attempt in range(6):
+        try:
+            return urllib.request.urlopen(req, timeout=timeout), attempt
+        except (ConnectionResetError, ConnectionRefusedError, http.client.RemoteDisconnected) as e:
+            err = e
+        except urllib.error.URLError as e:
+            if not isinstance(e.reason, (ConnectionResetError, ConnectionRefusedError)):
+                raise
+            err = e
+        time.sleep(0.2 * (attempt + 1))
+    raise err
+
+
 def post_stream(url, body, timeout):
-    """Streams one completion; returns (first-token time, end time, completion tokens)."""
+    """Streams one completion; returns (first-token time, end time, completion tokens, retries)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     t0 = time.monotonic()
     first = None
     tokens = 0
-    with urllib.request.urlopen(req, timeout=timeout) as r:
+    resp, retries = open_with_retries(req, timeout, 5)
+    with resp as r:
         for raw in r:
             line = raw.decode().strip()
             if not line.startswith("data:"):
@@ -56,7 +74,7 @@ def post_stream(url, body, timeout):
             if ev.get("usage"):
                 tokens = ev["usage"].get("completion_tokens", tokens)
     end = time.monotonic()
-    return (first or end) - t0, end - t0, tokens
+    return (first or end) - t0, end - t0, tokens, retries
 
 
 def metric(text, name):
@@ -73,7 +91,8 @@ def run_config(args, policy, memory, port):
         cmd = cmd[:cmd.index("--kv-memory")] + cmd[cmd.index("--kv-memory") + 2:]
     if args.device:
         cmd += ["--device", args.device]
-    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = open(f"{args.server_log}.{policy}", "w") if args.server_log else None
+    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log or subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -82,13 +101,15 @@ def run_config(args, policy, memory, port):
                 break
             except Exception:
                 if srv.poll() is not None:
-                    raise RuntimeError(f"serve exited: {srv.stderr.read()}")
+                    raise RuntimeError(f"serve exited: {srv.stderr.read() if srv.stderr else 'see ' + log.name}")
                 time.sleep(0.1)
+        # The name the server gives the model (its file's stem).
+        model_id = json.loads(urllib.request.urlopen(base + "/v1/models", timeout=10).read())["data"][0]["id"]
         results = [None] * args.requests
         errors = []
 
         def one(i):
-            body = {"model": "default", "prompt": args.prompt_text + f" ({i})", "max_tokens": args.max_tokens, "temperature": 0,
+            body = {"model": model_id, "prompt": args.prompt_text + f" ({i})", "max_tokens": args.max_tokens, "temperature": 0,
                     "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
             if policy != "full":
                 body["kv_policy"] = policy
@@ -111,6 +132,8 @@ def run_config(args, policy, memory, port):
     finally:
         srv.terminate()
         srv.wait(timeout=30)
+        if log:
+            log.close()
     if errors:
         raise RuntimeError("; ".join(errors[:3]))
     done = [r for r in results if r]
@@ -128,6 +151,7 @@ def run_config(args, policy, memory, port):
         "mean_ttft_s": statistics.mean(ttft),
         "tpot_ms": 1e3 * statistics.mean((r[1] - r[0]) / max(r[2] - 1, 1) for r in done),
         "preemptions": metric(metrics, "vllm:num_preemptions_total"),
+        "connection_retries": sum(r[3] for r in done),
         "pool_pages": metric(metrics, "frugal:kv_pool_pages"),
     }
 
@@ -148,6 +172,7 @@ def main():
     ap.add_argument("--device", default="", help="e.g. cuda (default: the cpu backend)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json")
+    ap.add_argument("--server-log", help="write each server's stderr to this path + .POLICY")
     ap.add_argument("--prompt-text", default="Once upon a time there was a little red fox who lived in the woods")
     args = ap.parse_args()
 
@@ -175,7 +200,7 @@ def main():
         rows.append(r)
         print(f"{policy:8s} {r['tok_per_s']:9.1f} tok/s  wall {r['wall_s']:7.1f} s  latency mean {r['mean_latency_s']:6.1f} "
               f"p95 {r['p95_latency_s']:6.1f} s  TTFT {r['mean_ttft_s']:6.2f} s  TPOT {r['tpot_ms']:6.1f} ms  "
-              f"preemptions {r['preemptions'] or 0:.0f}", flush=True)
+              f"preemptions {r['preemptions'] or 0:.0f}  connection retries {r['connection_retries']}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"memory_bytes": memory, "args": vars(args), "rows": rows}, f, indent=1)

@@ -98,8 +98,11 @@ struct FaArgs {
   float2* part_ml = nullptr;   // split: [n][n_head][Z] (m in log2 units, l)
 };
 
-// Number of keys in kp[0, count) with kp[i] <= x (kp ascending).
+// Number of keys in kp[0, count) with kp[i] <= x (kp ascending). The newest key first: in decode
+// every key is visible, and one load answers instead of a chain of ~log2(count) dependent ones
+// (each a trip to memory now that every head has positions of its own).
 __device__ __forceinline__ int count_le(const int32_t* kp, int count, int64_t x) {
+  if (count > 0 && static_cast<int64_t>(kp[count - 1]) <= x) return count;
   int lo = 0, hi = count;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
