@@ -109,7 +109,7 @@ class KvEvictor final : public AttentionObserver {
   void begin_sequence(KvTokenStore& kv, int seq, int32_t prompt_len, int64_t stream);
   Status round_layer(KvTokenStore& kv, int layer, int seq);
   void attention_probs(const KvTokenStore& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq);
-  std::vector<int32_t> select(const KvHeadView& v, int32_t pinned);
+  const std::vector<int32_t>& select(const KvHeadView& v, int32_t pinned);
 
   KvPolicyOptions opts_;
   std::unique_ptr<KvPolicy> policy_;
@@ -127,8 +127,8 @@ class KvEvictor final : public AttentionObserver {
   int32_t trace_len_ = 0;
   std::vector<float> qmean_;
   // Scratch reused across rounds.
-  std::vector<float> keys_, probs_, scores_;
-  std::vector<int32_t> order_;
+  std::vector<float> keys_, probs_, scores_, sel_;
+  std::vector<int32_t> keep_;
 };
 
 }  // namespace frugal

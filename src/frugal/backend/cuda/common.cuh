@@ -309,7 +309,7 @@ __host__ __device__ inline int64_t kv_slot0(const KvDev& kv, int layer, int seq,
   return ((static_cast<int64_t>(layer) * kv.n_seq + seq) * kv.n_head_kv + head) * kv.capacity;
 }
 // Eviction on the device: for every (layer, KV head) of sequence `seq`, keeps the slots
-// keep[(layer * n_head_kv + head) * capacity + i], i < n_kept (ascending), compacted to the front
+// keep[(layer * n_head_kv + head) * n_kept + i], i < n_kept (ascending), compacted to the front
 // with their positions. keep is a device array.
 void launch_kv_compact(const KvDev& kv, int seq, const int32_t* keep, int n_kept, cudaStream_t s);
 // Writes k, v [n][n_head_kv][head_dim] of token t into slot slot[t] of sequence seq[t].

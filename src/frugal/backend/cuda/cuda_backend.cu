@@ -516,6 +516,7 @@ class CudaBackend final : public Backend {
       cudaStreamDestroy(stream_);
     }
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
+    if (keep_host_ != nullptr) cudaFreeHost(keep_host_);
   }
 
   Status init() {
@@ -638,7 +639,9 @@ class CudaBackend final : public Backend {
   // sequence (empty before: every head holds seq_pos_), and the compaction queued since the last
   // step (device slots kept, in order; empty: none for that head).
   std::vector<std::vector<std::vector<int32_t>>> head_pos_, keep_;
-  int32_t* keep_map_ = nullptr;  // device [n_layer * n_head_kv][capacity]: one sequence's compaction
+  int32_t* keep_map_ = nullptr;   // device [n_layer * n_head_kv][kept]: one sequence's compaction
+  int32_t* keep_host_ = nullptr;  // its pinned host staging (n_layer * n_head_kv * capacity)
+  std::vector<char> keep_dirty_;  // [seq]: a compaction is queued
   Store store_{*this};
   int attn_tokens_per_block_ = 0;              // of the step being prepared (prepare())
   std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;  // (n, n_out, attention tokens per block) ->
@@ -753,6 +756,10 @@ Status CudaBackend::ensure_kv(const KvCacheOptions& o) {
   seq_pos_.assign(static_cast<size_t>(o.n_seq), {});
   head_pos_.assign(static_cast<size_t>(o.n_seq), {});
   keep_.assign(static_cast<size_t>(o.n_seq), {});
+  keep_dirty_.assign(static_cast<size_t>(o.n_seq), 0);
+  if (keep_host_ != nullptr) cudaFreeHost(keep_host_);
+  keep_host_ = nullptr;
+  FRUGAL_CUDA(cudaMallocHost(&keep_host_, heads * o.capacity * sizeof(int32_t)));
   return ok_status();
 }
 
@@ -1155,53 +1162,63 @@ Status CudaBackend::keep_head_tokens(int layer, int seq, int head, const std::ve
   auto& hp_all = head_pos_[static_cast<size_t>(seq)];
   if (hp_all.empty()) hp_all.assign(heads, seq_pos_[static_cast<size_t>(seq)]);
   auto& keep_all = keep_[static_cast<size_t>(seq)];
-  if (keep_all.empty()) keep_all.assign(heads, {});
+  if (keep_all.size() != heads) keep_all.assign(heads, {});
   const size_t idx = static_cast<size_t>(layer) * kv_.n_head_kv + head;
   std::vector<int32_t>& hp = hp_all[idx];
   std::vector<int32_t>& pending = keep_all[idx];
-  std::vector<int32_t> pos(slots.size()), device(slots.size());
+  // In place, front to back (slots[i] >= i), into buffers that keep their capacity across rounds.
+  // A head kept twice before a step: its device rows are still the first keep's sources.
+  const bool first = pending.empty();
+  if (first) pending.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
-    pos[i] = hp[static_cast<size_t>(slots[i])];
-    // A head kept twice before a step: its device rows are still the first keep's sources.
-    device[i] = pending.empty() ? slots[i] : pending[static_cast<size_t>(slots[i])];
+    const auto from = static_cast<size_t>(slots[i]);
+    hp[i] = hp[from];
+    pending[i] = first ? slots[i] : pending[from];
   }
-  hp = std::move(pos);
-  pending = std::move(device);
+  hp.resize(slots.size());
+  pending.resize(slots.size());
+  keep_dirty_[static_cast<size_t>(seq)] = 1;
   return ok_status();
 }
 
 Status CudaBackend::apply_keeps(int only) {
   for (int s = 0; s < kv_.n_seq; ++s) {
     if (only >= 0 && s != only) continue;
+    if (!keep_dirty_[static_cast<size_t>(s)]) continue;
+    keep_dirty_[static_cast<size_t>(s)] = 0;
     auto& keep_all = keep_[static_cast<size_t>(s)];
-    if (keep_all.empty()) continue;
+    const auto clear_pending = [&] {
+      for (auto& k : keep_all) k.clear();  // their capacity stays for the next round
+    };
     const auto& hp_all = head_pos_[static_cast<size_t>(s)];
     const size_t kept = hp_all[0].size();
     const size_t held = seq_pos_[static_cast<size_t>(s)].size();
-    std::vector<int32_t> map(hp_all.size() * static_cast<size_t>(kv_.capacity), 0);
+    // The map, [head][kept], in pinned memory: a small asynchronous copy.
+    int32_t* map = keep_host_;
     for (size_t h = 0; h < hp_all.size(); ++h) {
       if (hp_all[h].size() != kept) {
-        keep_all.clear();
+        clear_pending();
         return fail(ErrorCode::kInvalidArgument, "kv keep: sequence ", s, " would hold ", kept, " tokens in its first head and ",
                     hp_all[h].size(), " in head ", h, " (layer x head); the device cache keeps one count per sequence, so ",
                     "a round must cut every head alike");
       }
-      int32_t* m = map.data() + h * static_cast<size_t>(kv_.capacity);
+      int32_t* m = map + h * kept;
       const auto& pending = keep_all[h];
       for (size_t i = 0; i < kept; ++i) m[i] = pending.empty() ? static_cast<int32_t>(i) : pending[i];
       if (pending.empty() && kept != held) {
-        keep_all.clear();
+        clear_pending();
         return fail(ErrorCode::kInvalidArgument, "kv keep: head ", h, " of sequence ", s, " was not thinned but holds ", kept,
                     " of ", held, " rows");
       }
     }
-    FRUGAL_CUDA(cudaMemcpyAsync(keep_map_, map.data(), map.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    FRUGAL_CUDA(cudaMemcpyAsync(keep_map_, map, hp_all.size() * kept * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                stream_));
     launch_kv_compact(kv_, s, keep_map_, static_cast<int>(kept), stream_);
     FRUGAL_RETURN_IF_ERROR(take_launch_error());
-    // The map is host memory the copy reads: wait before it goes (rounds are rare).
+    // The next sequence's map reuses the pinned buffer: the copy must have read this one.
     FRUGAL_CUDA(cudaStreamSynchronize(stream_));
     seq_pos_[static_cast<size_t>(s)] = hp_all[0];
-    keep_all.clear();
+    clear_pending();
   }
   return ok_status();
 }

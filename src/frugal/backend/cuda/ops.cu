@@ -248,7 +248,7 @@ __global__ void kv_compact_kernel(KvDev kv, int seq, const int32_t* __restrict__
   uint32_t* k = reinterpret_cast<uint32_t*>(kv.k) + slot0 * w;
   uint32_t* v = reinterpret_cast<uint32_t*>(kv.v) + slot0 * w;
   int32_t* pos = kv.pos + slot0;
-  const int32_t* kp = keep + static_cast<int64_t>(lh) * kv.capacity;
+  const int32_t* kp = keep + static_cast<int64_t>(lh) * n_kept;
   for (int i0 = 0; i0 < n_kept; i0 += kCompactTile) {
     const int rows = min(kCompactTile, n_kept - i0);
     for (int e = threadIdx.x; e < rows * w; e += blockDim.x) {
