@@ -8,7 +8,9 @@
 // The backend keeps its own KV cache with the host cache's shape (capacity, sequences): a
 // sequence's device rows are truncated to the positions before the batch's first token of that
 // sequence, so fresh caches, rollbacks and new requests all work through Model::forward. The host
-// KvCache stays empty: eviction policies and quantized caches are CPU-only (kNotSupported).
+// KvCache stays empty. Eviction rounds read and thin the device cache through device_kv() (every
+// head keeps positions of its own; the rows are compacted on the device before the next step);
+// quantized caches are CPU-only (kNotSupported).
 //
 // This header has no CUDA types, so the CLI and tests include it from plain C++.
 #pragma once
