@@ -1,6 +1,10 @@
 #include "frugal/server/http_server.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -133,6 +137,7 @@ struct HttpServer::Impl {
   ServerOptions opts;
   httplib::Server svr;
   int port = -1;
+  int listen_fd = -1;  // the listening socket, as the socket-options hook last saw it
 
   std::optional<json> parse_body(const httplib::Request& req, httplib::Response& res, ApiKind api) {
     if (json_nesting_depth(req.body) > kMaxJsonNesting) {
@@ -520,6 +525,11 @@ HttpServer::HttpServer(Engine& engine, const ServedModel& model, Metrics& metric
   s.svr.set_read_timeout(s.opts.timeout_s, 0);
   s.svr.set_write_timeout(s.opts.timeout_s, 0);
   s.svr.set_keep_alive_timeout(5);
+  // The listening socket is wanted after bind (below); httplib's own options are kept.
+  s.svr.set_socket_options([&s](socket_t sock) {
+    httplib::default_socket_options(sock);
+    s.listen_fd = static_cast<int>(sock);
+  });
   s.install_routes();
 }
 
@@ -535,6 +545,12 @@ Status HttpServer::bind() {
   if (s.port <= 0) {
     return error(ErrorCode::kIo, "cannot listen on {}:{} (address in use, or not an address of this machine)",
                  s.opts.host, s.opts.port);
+  }
+  // Debian's libcpp-httplib listens with a backlog of 5: a burst of clients connecting at once (64
+  // streaming clients, seen on a 16-core GPU machine) overflows it and the kernel resets some of
+  // them before the accept loop gets to them. listen() again on the bound socket raises it.
+  if (s.listen_fd >= 0 && ::listen(s.listen_fd, SOMAXCONN) != 0) {
+    return error(ErrorCode::kIo, "listen backlog on {}:{}: {}", s.opts.host, s.port, std::strerror(errno));
   }
   return ok_status();
 }
