@@ -10,7 +10,13 @@ second, mean and p95 latency, time to first token (streamed), and the preemption
 
 Usage: bench/kv_serving.py --frugal build/bin/frugal -m models/default.gguf [--parallel 16]
          [--requests 32] [--max-tokens 1024] [--budget 0.25] [--policies full,random,snapkv,h2o,rkv]
-         [--memory-fraction 0.25] [--threads N] [--device cuda] [--json out.json]
+         [--memory-fraction 0.25] [--threads N] [--device cuda] [--kv-buffer N] [--json out.json]
+         [--tasks passkey,kv_recall,... --task-n 40 --task-length 256]
+
+With --tasks the requests are testbed examples (`frugal tasks`, test split, --task-n per family)
+decoded greedily until the model stops (no ignore_eos), and every configuration also reports the
+share answered correctly (the eval harness's rule: the first line starting with "A:") with a 95%
+Wilson interval: speed and accuracy from the same runs.
 
 On the GPU (--device cuda) the cache is the device's own, one slot of --ctx tokens per parallel
 sequence: pass --memory-fraction 0 (no --kv-memory) to compare policies by the rows each step
@@ -54,11 +60,12 @@ def open_with_retries(req, timeout, retries):
 
 
 def post_stream(url, body, timeout):
-    """Streams one completion; returns (first-token time, end time, completion tokens, retries)."""
+    """Streams one completion; returns (first-token time, end time, completion tokens, retries, text)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     t0 = time.monotonic()
     first = None
     tokens = 0
+    text = []
     resp, retries = open_with_retries(req, timeout, 5)
     with resp as r:
         for raw in r:
@@ -69,12 +76,43 @@ def post_stream(url, body, timeout):
             if data == "[DONE]":
                 break
             ev = json.loads(data)
-            if ev.get("choices") and ev["choices"][0].get("text") and first is None:
-                first = time.monotonic()
+            if ev.get("choices") and ev["choices"][0].get("text"):
+                text.append(ev["choices"][0]["text"])
+                if first is None:
+                    first = time.monotonic()
             if ev.get("usage"):
                 tokens = ev["usage"].get("completion_tokens", tokens)
     end = time.monotonic()
-    return (first or end) - t0, end - t0, tokens, retries
+    return (first or end) - t0, end - t0, tokens, retries, "".join(text)
+
+
+def final_answer(completion):
+    """The eval harness's rule (src/frugal/eval/score.h): the first line starting with "A:" once its
+    leading spaces and tabs are removed; the rest of it without surrounding space, tab or CR."""
+    for line in completion.split("\n"):
+        line = line.lstrip(" \t")
+        if line.startswith("A:"):
+            return line[2:].strip(" \t\r")
+    return None
+
+
+def wilson(k, n, z=1.959964):
+    if n == 0:
+        return 0.0, 0.0
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / d
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+def load_tasks(args):
+    examples = []
+    for family in args.tasks.split(","):
+        out = subprocess.run([args.frugal, "tasks", "--family", family, "--n", str(args.task_n), "--split", "test",
+                              "--length", str(args.task_length)], capture_output=True, text=True, check=True).stdout
+        examples += [json.loads(line) for line in out.splitlines() if line.strip()]
+    return examples
 
 
 def metric(text, name):
@@ -91,6 +129,8 @@ def run_config(args, policy, memory, port):
         cmd = cmd[:cmd.index("--kv-memory")] + cmd[cmd.index("--kv-memory") + 2:]
     if args.device:
         cmd += ["--device", args.device]
+    if args.kv_buffer:
+        cmd += ["--kv-buffer", str(args.kv_buffer)]
     log = open(f"{args.server_log}.{policy}", "w") if args.server_log else None
     srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log or subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
@@ -105,12 +145,14 @@ def run_config(args, policy, memory, port):
                 time.sleep(0.1)
         # The name the server gives the model (its file's stem).
         model_id = json.loads(urllib.request.urlopen(base + "/v1/models", timeout=10).read())["data"][0]["id"]
-        results = [None] * args.requests
+        n_requests = len(args.examples) if args.examples else args.requests
+        results = [None] * n_requests
         errors = []
 
         def one(i):
-            body = {"model": model_id, "prompt": args.prompt_text + f" ({i})", "max_tokens": args.max_tokens, "temperature": 0,
-                    "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+            prompt = args.examples[i]["prompt"] if args.examples else args.prompt_text + f" ({i})"
+            body = {"model": model_id, "prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0,
+                    "ignore_eos": not args.examples, "stream": True, "stream_options": {"include_usage": True}}
             if policy != "full":
                 body["kv_policy"] = policy
                 body["kv_budget"] = args.budget
@@ -122,7 +164,7 @@ def run_config(args, policy, memory, port):
                 errors.append(f"{policy} request {i}: {e}")
 
         t0 = time.monotonic()
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(args.requests)]
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n_requests)]
         for t in threads:
             t.start()
         for t in threads:
@@ -137,6 +179,11 @@ def run_config(args, policy, memory, port):
     if errors:
         raise RuntimeError("; ".join(errors[:3]))
     done = [r for r in results if r]
+    accuracy = None
+    if args.examples:
+        correct = sum(1 for ex, r in zip(args.examples, results) if r and final_answer(r[4]) == ex["final_answer"])
+        lo, hi = wilson(correct, len(args.examples))
+        accuracy = {"correct": correct, "n": len(args.examples), "rate": correct / len(args.examples), "ci95": [lo, hi]}
     lat = sorted(r[1] for r in done)
     ttft = [r[0] for r in done]
     tokens = sum(r[2] for r in done)
@@ -152,6 +199,7 @@ def run_config(args, policy, memory, port):
         "tpot_ms": 1e3 * statistics.mean((r[1] - r[0]) / max(r[2] - 1, 1) for r in done),
         "preemptions": metric(metrics, "vllm:num_preemptions_total"),
         "connection_retries": sum(r[3] for r in done),
+        "accuracy": accuracy,
         "pool_pages": metric(metrics, "frugal:kv_pool_pages"),
     }
 
@@ -173,8 +221,13 @@ def main():
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json")
     ap.add_argument("--server-log", help="write each server's stderr to this path + .POLICY")
+    ap.add_argument("--kv-buffer", type=int, default=0, help="the server's --kv-buffer (0: its default)")
+    ap.add_argument("--tasks", default="", help="testbed families whose test examples are the requests")
+    ap.add_argument("--task-n", type=int, default=40)
+    ap.add_argument("--task-length", type=int, default=256)
     ap.add_argument("--prompt-text", default="Once upon a time there was a little red fox who lived in the woods")
     args = ap.parse_args()
+    args.examples = load_tasks(args) if args.tasks else []
 
     info = subprocess.run([args.frugal, "info", "-m", args.model], capture_output=True, text=True).stdout
     def key(name):
@@ -187,20 +240,22 @@ def main():
     n_kv = n_kv or n_head
     head_dim = n_embd // n_head
     per_token = n_layer * n_kv * head_dim * 2 * 2  # f16 K and V
-    trace = 32 + args.max_tokens
+    trace = (max(ex["tokens"] for ex in args.examples) if args.examples else 32) + args.max_tokens
     memory = int(args.memory_fraction * args.parallel * trace * per_token)
     pool = (f"pool {memory} bytes = {args.memory_fraction:.0%} of {args.parallel} x {trace} tokens" if memory > 0
             else f"no kv-memory: {args.parallel} slots of {args.ctx} tokens")
     print(f"model {args.model}: {n_layer} layers x {n_kv} KV heads x {head_dim}; {per_token} KV bytes/token; "
           f"{pool}; device {args.device or 'cpu'}; "
-          f"{args.requests} requests x {args.max_tokens} tokens, budget {args.budget}")
+          f"{len(args.examples) or args.requests} requests x {args.max_tokens} tokens at most, budget {args.budget}")
     rows = []
     for policy in args.policies.split(","):
         r = run_config(args, policy, memory, free_port())
         rows.append(r)
         print(f"{policy:8s} {r['tok_per_s']:9.1f} tok/s  wall {r['wall_s']:7.1f} s  latency mean {r['mean_latency_s']:6.1f} "
               f"p95 {r['p95_latency_s']:6.1f} s  TTFT {r['mean_ttft_s']:6.2f} s  TPOT {r['tpot_ms']:6.1f} ms  "
-              f"preemptions {r['preemptions'] or 0:.0f}  connection retries {r['connection_retries']}", flush=True)
+              f"preemptions {r['preemptions'] or 0:.0f}  connection retries {r['connection_retries']}"
+              + (f"  accuracy {r['accuracy']['rate']:.3f} [{r['accuracy']['ci95'][0]:.3f}, {r['accuracy']['ci95'][1]:.3f}]"
+                 f" n={r['accuracy']['n']}" if r["accuracy"] else ""), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"memory_bytes": memory, "args": vars(args), "rows": rows}, f, indent=1)
