@@ -131,6 +131,8 @@ def run_config(args, policy, memory, port):
         cmd += ["--device", args.device]
     if args.kv_buffer:
         cmd += ["--kv-buffer", str(args.kv_buffer)]
+    # Every request is sent at once: the queue must hold those not yet running.
+    cmd += ["--max-queue", str(max(64, len(args.examples) or args.requests))]
     log = open(f"{args.server_log}.{policy}", "w") if args.server_log else None
     srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log or subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
