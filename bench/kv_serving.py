@@ -36,6 +36,8 @@ import time
 import urllib.error
 import urllib.request
 
+from kv_sweep_report import wilson  # the interval every KV accuracy table uses (bench/ is on sys.path)
+
 
 def free_port():
     with socket.socket() as s:
@@ -94,16 +96,6 @@ def final_answer(completion):
         if line.startswith("A:"):
             return line[2:].strip(" \t\r")
     return None
-
-
-def wilson(k, n, z=1.959964):
-    if n == 0:
-        return 0.0, 0.0
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / d
-    return max(0.0, c - h), min(1.0, c + h)
 
 
 def load_tasks(args):
