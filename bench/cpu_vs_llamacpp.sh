@@ -103,8 +103,9 @@ fi
 have_cli=0
 [[ $have_llama == 1 && -x "$llamacpp_bin/llama-cli" ]] && have_cli=1
 have_time=0
-[[ -x /usr/bin/time ]] && have_time=1
-[[ $do_rss == 1 && $have_time == 0 ]] && echo "cpu_vs_llamacpp: no /usr/bin/time (GNU time): skipping peak memory" >&2
+time_bin="${GNU_TIME:-/usr/bin/time}"  # GNU time; GNU_TIME names another copy
+[[ -x $time_bin ]] && have_time=1
+[[ $do_rss == 1 && $have_time == 0 ]] && echo "cpu_vs_llamacpp: no GNU time at $time_bin: skipping peak memory" >&2
 
 if [[ -z "$work" ]]; then
   work="$(mktemp -d "${TMPDIR:-/tmp}/cpu_vs_llamacpp.XXXXXX")"
@@ -221,10 +222,10 @@ for entry in "${entries[@]}"; do
   done
   if [[ $do_rss == 1 && $have_time == 1 ]]; then
     if [[ $have_cli == 1 ]]; then
-      run_logged /dev/null "$work/$tag.llama.rss" /usr/bin/time -v "$llamacpp_bin/llama-cli" -m "$path" \
+      run_logged /dev/null "$work/$tag.llama.rss" "$time_bin" -v "$llamacpp_bin/llama-cli" -m "$path" \
         -p "$prompt" -n "$n_gen" -t "$threads" -c 2048 --temp 0 --ignore-eos -no-cnv --no-warmup </dev/null
     fi
-    run_logged /dev/null "$work/$tag.frugal.rss" /usr/bin/time -v "$frugal" run -m "$path" \
+    run_logged /dev/null "$work/$tag.frugal.rss" "$time_bin" -v "$frugal" run -m "$path" \
       -p "$prompt" -n "$n_gen" -t "$threads" -c 2048 --temp 0 --ignore-eos </dev/null
   fi
 done

@@ -2,7 +2,8 @@
 """Builds the English corpus of the natural-text model from documentation that Debian packages
 install: the Python 3.11 documentation sources (python3.11-doc), the PostgreSQL 15 manual
 (postgresql-doc-15), Perl's manual pages in POD (perl-doc), Git's manual (git-doc), the Debian
-Reference (debian-reference-en), and the English manual pages under /usr/share/man (rendered by
+Reference (debian-reference-en), the Linux kernel's documentation sources (linux-doc-6.1, without
+its translations), Django's documentation (python-django-doc), and the English manual pages under /usr/share/man (rendered by
 groff; the generated per-command gcloud pages are left out: thousands of near-copies).
 
 Each document is normalised (whitespace runs, trailing spaces, at most one blank line in a row),
@@ -114,6 +115,12 @@ def sources():
             if os.path.basename(p).startswith("gcloud"):
                 continue
             out.append(("man", p, "man"))
+    for p in sorted(glob.glob("/usr/share/doc/linux-doc-6.1/html/_sources/**/*.txt", recursive=True)):
+        if "/translations/" not in p:
+            out.append(("linux-doc", p, "text"))
+    for p in sorted(glob.glob("/usr/share/doc/python-django-doc/html/**/*.html", recursive=True)):
+        if os.path.basename(p) not in ("genindex.html", "search.html", "py-modindex.html"):
+            out.append(("django-doc", p, "html"))
     seen, uniq = set(), []
     for s in out:
         if s[1] not in seen:
@@ -135,9 +142,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--only", default="", help="comma-separated source names (default: all)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     items = sources()
+    if a.only:
+        keep = set(a.only.split(","))
+        items = [it for it in items if it[0] in keep]
     seen = set()
     stats = {}
     files = {side: open(os.path.join(a.out, side + ".txt"), "w", encoding="utf-8") for side in ("train", "heldout")}

@@ -138,6 +138,7 @@ def main():
     offsets = torch.arange(L, device=a.device)
 
     step, tokens_seen, history = 0, 0, []
+    best = {n: (float("inf"), None, 0) for n in models}  # held-out loss, weights, step
     t0 = time.time()
     last_eval, last_log, tok_since = t0, t0, 0
     while True:
@@ -173,6 +174,8 @@ def main():
             rec = {"step": step, "t": round(elapsed, 1), "tokens": tokens_seen}
             for n, m in models.items():
                 rec[n] = heldout_loss(m, eval_windows, a.device)
+                if rec[n] < best[n][0]:  # many epochs over a small corpus: keep the best weights
+                    best[n] = (rec[n], {k: v.detach().clone() for k, v in m.state_dict().items()}, step)
             history.append(rec)
             log("held-out loss: " + json.dumps(rec))
             last_eval = time.time()
@@ -183,11 +186,16 @@ def main():
                "heldout_tokens": len(held), "history": history, "models": {}}
     for n, m in models.items():
         hl = heldout_loss(m, eval_windows, a.device)
-        results["models"][n] = {"config": m.cfg.to_dict(), "params": m.n_params(),
+        chosen = step
+        if best[n][0] < hl:
+            m.load_state_dict(best[n][1])
+            hl, chosen = best[n][0], best[n][2]
+            log("%s: the weights of step %d had the lowest held-out loss; exporting those" % (n, chosen))
+        results["models"][n] = {"exported_step": chosen,"config": m.cfg.to_dict(), "params": m.n_params(),
                                 "final_train_loss": float(losses[n]), "heldout_loss": hl,
                                 "heldout_ppl": math.exp(hl), "heldout_windows": n_eval}
         export_text.export(m, os.path.join(a.out, n + ".gguf"), "frugal-" + n, vocab,
-                           {"frugal.training.steps": step, "frugal.training.tokens": tokens_seen,
+                           {"frugal.training.steps": chosen, "frugal.training.tokens": tokens_seen,
                             "frugal.training.seed": a.seed})
         log("%s: held-out loss %.4f (ppl %.3f over %d windows of %d); exported" % (
             n, hl, math.exp(hl), n_eval, a.ctx))
