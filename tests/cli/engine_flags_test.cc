@@ -118,12 +118,14 @@ TEST_F(EngineFlags, SpeculationIsRefusedWhereItCannotRun) {
   expect_clean_failure(run_frugal(command("run", "--spec ngram --spec-skip-set=-x")),
                        "frugal run: speculative: spec-skip-set '-x' freezes the skip set of swift or conflayers, not "
                        "of ngram");
-  expect_clean_failure(run_frugal(command("run", "--spec swift --spec-skip-set=-x")),
-                       "frugal run: skip set '-x' has 2 letters for a model of");
+  expect_clean_failure(run_frugal(command("run", "--spec swift --spec-skip-set=-x-")),
+                       "frugal run: skip set '-x-' has 3 letters for a model of 2 layers");
   expect_clean_failure(run_frugal(command("run", "--spec conflayers --spec-skip 2")),
                        "frugal run: speculative: spec-skip = 2 does not apply to conflayers");
-  expect_clean_failure(run_frugal(command("run", "--spec swift --spec-skip 99")),
-                       "frugal run: speculative: spec-skip = 99 must be in [1, ");
+  // The tiny model has 2 layers: nothing between the first and the last to skip.
+  expect_clean_failure(run_frugal(command("run", "--spec swift")),
+                       "frugal run: swift drafting needs at least 3 layers (the first and last always run); the model "
+                       "has 2");
   expect_clean_failure(run_frugal(command("run", "--spec-candidates 3")),
                        "frugal run: speculative: spec-candidates = 3 needs a drafter (--spec draft or layerskip); plain "
                        "decoding has no drafts");

@@ -572,6 +572,16 @@ TEST_F(SpeculativeEngine, SwiftSearchesSetsOfTheRequestedSizeAndFreezesOnRequest
   EXPECT_EQ(b[0].tokens, c[0].tokens);
   EXPECT_EQ(b[0].tokens.size(), 5u);
 
+  // More sublayers than the middle layers have is refused with the range.
+  speculative::SpeculativeOptions too_many = o;
+  too_many.skip_set.clear();
+  too_many.skip_layers = 99;
+  auto refused = speculative::SwiftDrafter::create(*target_, too_many, dc);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            fmt::format("speculative: spec-skip = 99 must be in [1, {}] for swift (the middle layers' attention and "
+                        "MLP sublayers)",
+                        2 * (n_layer - 2)));
   // A confidence of 1 stops every draft before its first token (no softmax reaches 1 here).
   o.skip_set.clear();
   o.confidence = 1.0;

@@ -19,10 +19,6 @@ Result<std::unique_ptr<ConfLayersDrafter>> ConfLayersDrafter::create(Model& targ
                                                                       const DrafterContext& ctx) {
   if (ctx.backend == nullptr) return error(ErrorCode::kInvalidArgument, "conflayers drafter: no backend given");
   const auto n_layer = static_cast<int32_t>(target.config().n_layer);
-  if (n_layer < 3) {
-    return error(ErrorCode::kInvalidArgument,
-                 "conflayers drafting needs at least 3 layers (an exit before the last); the model has {}", n_layer);
-  }
   if (o.skip_layers != 0) {
     return error(ErrorCode::kInvalidArgument,
                  "speculative: spec-skip = {} does not apply to conflayers, which picks its exit layer by confidence "
@@ -32,6 +28,10 @@ Result<std::unique_ptr<ConfLayersDrafter>> ConfLayersDrafter::create(Model& targ
   if (!o.skip_set.empty()) {
     FRUGAL_ASSIGN_OR_RETURN(const std::vector<uint8_t> frozen, parse_skip_set(o.skip_set, n_layer));
     (void)frozen;
+  }
+  if (n_layer < 3) {
+    return error(ErrorCode::kInvalidArgument,
+                 "conflayers drafting needs at least 3 layers (an exit before the last); the model has {}", n_layer);
   }
   const KvCacheOptions ko = target.kv_options(ctx.n_slots, ctx.capacity, ctx.kv_dtype);
   const uint64_t kv_bytes = kv_reserved_bytes(ko);

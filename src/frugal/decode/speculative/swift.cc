@@ -20,6 +20,10 @@ Result<std::unique_ptr<SwiftDrafter>> SwiftDrafter::create(Model& target, const 
                                                             const DrafterContext& ctx) {
   if (ctx.backend == nullptr) return error(ErrorCode::kInvalidArgument, "swift drafter: no backend given");
   const auto n_layer = static_cast<int32_t>(target.config().n_layer);
+  if (!o.skip_set.empty()) {
+    FRUGAL_ASSIGN_OR_RETURN(const std::vector<uint8_t> frozen, parse_skip_set(o.skip_set, n_layer));
+    (void)frozen;
+  }
   if (n_layer < 3) {
     return error(ErrorCode::kInvalidArgument,
                  "swift drafting needs at least 3 layers (the first and last always run); the model has {}", n_layer);
@@ -30,10 +34,6 @@ Result<std::unique_ptr<SwiftDrafter>> SwiftDrafter::create(Model& target, const 
                  "speculative: spec-skip = {} must be in [1, {}] for swift (the middle layers' attention and MLP "
                  "sublayers)",
                  n_skip, middle_sublayers(n_layer));
-  }
-  if (!o.skip_set.empty()) {
-    FRUGAL_ASSIGN_OR_RETURN(const std::vector<uint8_t> frozen, parse_skip_set(o.skip_set, n_layer));
-    (void)frozen;
   }
   const KvCacheOptions ko = target.kv_options(ctx.n_slots, ctx.capacity, ctx.kv_dtype);
   const uint64_t kv_bytes = kv_reserved_bytes(ko);
