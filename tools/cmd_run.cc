@@ -186,11 +186,18 @@ int run(const RunArgs& a) {
                                          {"emitted", res->speculative.emitted},
                                          {"other_chain", res->speculative.other_chain},
                                          {"draft_ms", res->speculative.draft_ms},
+                                         {"skip_set", res->speculative.skip_set},
+                                         {"search_ms", res->speculative.search_ms},
                                          {"acceptance_rate", res->speculative.acceptance_rate()},
                                          {"tokens_per_pass", res->speculative.tokens_per_pass()}}},
                         {"weights", {{"bytes", lm->model->weights().bytes},
                                      {"repacked_bytes", lm->model->weights().repacked_bytes}}},
                         {"peak_rss_bytes", peak_rss_bytes()}};
+    if (task) {
+      // The testbed's score of this completion (bench/spec_audit.py reports accuracy from it).
+      const eval::TaskScore sc = eval::score_completion(*task, res->text);
+      j["task"] = {{"expected", task->final_answer}, {"extracted", sc.extracted}, {"correct", sc.correct}};
+    }
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::fputc('\n', stdout);

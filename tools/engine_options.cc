@@ -37,17 +37,31 @@ constexpr FlagRow kFlags[] = {
      "KV memory budget, e.g. 256MiB: sets the capacity and an evicting policy's budget for this model and kv-quant",
      nullptr},
     {"spec", "--spec", "TEXT",
-     "speculative decoding: none, draft (a draft model, --draft), ngram (prompt lookup) or layerskip (the model with "
-     "--spec-skip layers skipped)",
+     "speculative decoding: none, draft (a draft model, --draft), ngram (prompt lookup), layerskip (the model with "
+     "--spec-skip layers skipped), swift (the model with sublayers skipped, the set searched online) or conflayers "
+     "(the model exiting early at a confidence-chosen layer)",
      "none"},
     {"spec-k", "--spec-k", "INT", "most draft tokens per verify pass (the draft model adapts below it)", "6"},
-    {"spec-skip", "--spec-skip", "INT", "layers the layerskip drafter skips (0: half of the middle layers)", "0"},
+    {"spec-skip", "--spec-skip", "INT",
+     "layers the layerskip drafter skips, sublayers (attention or MLP) the swift drafter skips (0: half of the middle "
+     "ones)",
+     "0"},
     {"spec-candidates", "--spec-candidates", "INT",
      "drafts per verify pass, each drawn independently from the drafter and verified together (draft, layerskip; "
      "1..8)",
      "1"},
     {"spec-rule", "--spec-rule", "TEXT",
      "how several drafts are verified: standard (recursive rejection) or resispec (residual shaping)", "standard"},
+    {"spec-confidence", "--spec-confidence", "FLOAT",
+     "swift, conflayers: stop drafting below this top-token probability; conflayers exits at the first layer whose "
+     "mean top-token probability reaches it",
+     "0.8"},
+    {"spec-skip-set", "--spec-skip-set", "TEXT",
+     "swift, conflayers: freeze the skip set, one letter per layer: - runs, a attention skipped, m MLP skipped, x both "
+     "(e.g. --spec-skip-set=-xa-m-)",
+     nullptr},
+    {"spec-seed", "--spec-seed", "UINT", "swift: seed of the skip-set search's random candidates", "0"},
+    {"spec-search-every", "--spec-search-every", "INT", "swift, conflayers: drafting calls between search steps", "8"},
     {"draft", "--draft", "TEXT", "draft model GGUF with the target's vocabulary (implies --spec draft)", nullptr},
     {"draft-memory", "--draft-memory", "TEXT",
      "memory budget of the draft model, weights + its KV cache, e.g. 64MiB (default: smaller than the target)",

@@ -68,10 +68,14 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
       {"--kv-seed x7", "--kv-seed: 'x7' is not an unsigned 64-bit integer"},
       {"--threads -1", "--threads: -1 is negative (0: all cores)"},
       {"--device tpu", "--device 'tpu': expected cpu or cuda"},
-      {"--spec medusa", "--spec: speculative method 'medusa' is not none, draft, ngram or layerskip"},
+      {"--spec medusa", "--spec: speculative method 'medusa' is not none, draft, ngram, layerskip, swift or conflayers"},
       {"--spec-k 0", "--spec-k: 0 is not in [1, 32]"},
       {"--spec-candidates 9", "--spec-candidates: 9 is not in [1, 8]"},
       {"--spec-candidates two", "--spec-candidates: 'two' is not a number"},
+      {"--spec-confidence 1.5", "--spec-confidence: 1.5 is not a probability in [0, 1]"},
+      {"--spec-confidence high", "--spec-confidence: 'high' is not a number"},
+      {"--spec-search-every 0", "--spec-search-every: 0 must be at least 1 (drafting calls between search steps)"},
+      {"--spec-seed -3", "--spec-seed: '-3' is not an unsigned 64-bit integer"},
       {"--spec-rule spectr", "--spec-rule: multi-candidate rule 'spectr' is not standard or resispec"},
       {"--draft-memory 3Q", "--draft-memory: '3Q' is not a size"},
       {"--spec ngram --draft x.gguf", "--draft: a draft model is for --spec draft, not --spec ngram"},
@@ -108,8 +112,20 @@ TEST_F(EngineFlags, SpeculationIsRefusedWhereItCannotRun) {
   expect_clean_failure(run_frugal(command("bench", "--spec-candidates 2")),
                        "frugal bench: --spec-candidates 2: bench measures");
   expect_clean_failure(run_frugal(command("run", "--spec ngram --spec-candidates 2")),
-                       "frugal run: speculative: spec-candidates = 2 needs a drafter that samples its drafts (draft or "
-                       "layerskip); ngram proposes one continuation with certainty");
+                       "frugal run: speculative: spec-candidates = 2 needs a drafter that samples its drafts (draft, "
+                       "layerskip, swift or conflayers); ngram proposes one continuation with certainty");
+  // Self-speculation's own flags.
+  expect_clean_failure(run_frugal(command("run", "--spec ngram --spec-skip-set=-x")),
+                       "frugal run: speculative: spec-skip-set '-x' freezes the skip set of swift or conflayers, not "
+                       "of ngram");
+  expect_clean_failure(run_frugal(command("run", "--spec swift --spec-skip-set=-x-")),
+                       "frugal run: skip set '-x-' has 3 letters for a model of 2 layers");
+  expect_clean_failure(run_frugal(command("run", "--spec conflayers --spec-skip 2")),
+                       "frugal run: speculative: spec-skip = 2 does not apply to conflayers");
+  // The tiny model has 2 layers: nothing between the first and the last to skip.
+  expect_clean_failure(run_frugal(command("run", "--spec swift")),
+                       "frugal run: swift drafting needs at least 3 layers (the first and last always run); the model "
+                       "has 2");
   expect_clean_failure(run_frugal(command("run", "--spec-candidates 3")),
                        "frugal run: speculative: spec-candidates = 3 needs a drafter (--spec draft or layerskip); plain "
                        "decoding has no drafts");

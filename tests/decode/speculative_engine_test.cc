@@ -16,7 +16,10 @@
 
 #include "frugal/backend/backend.h"
 #include "frugal/decode/speculative/draft_model.h"
+#include "frugal/decode/speculative/conf_layers.h"
 #include "frugal/decode/speculative/layer_skip.h"
+#include "frugal/decode/speculative/skip_set.h"
+#include "frugal/decode/speculative/swift.h"
 #include "frugal/engine/engine.h"
 #include "frugal/engine/generate.h"
 #include "frugal/eval/task.h"
@@ -119,8 +122,8 @@ class SpeculativeEngine : public ::testing::Test {
   static inline Backend* backend_ = nullptr;
 };
 
-// 30 test-split prompts per family and drafter at lengths 192 and 256 (the trained length): 450
-// prompts over the five families and three drafters, each decoded speculatively and plainly in the
+// 30 test-split prompts per family and drafter at lengths 192 and 256 (the trained length): 750
+// prompts over the five families and five drafters, each decoded speculatively and plainly in the
 // same engine (batches of 4 mixing both).
 constexpr int kPromptsPerFamily = 30;
 
@@ -161,6 +164,7 @@ void SpeculativeEngine::expect_greedy_identity(Method method, const std::string&
     plain.push_back(*b);
   }
   int64_t drafted = 0, accepted = 0, passes = 0, other_chain = 0;
+  double search_ms = 0;
   for (size_t i = 0; i < spec.size(); ++i) {
     const Output s = collect(*spec[i]);
     const Output p = collect(*plain[i]);
@@ -173,6 +177,14 @@ void SpeculativeEngine::expect_greedy_identity(Method method, const std::string&
     accepted += s.fin.speculative.accepted;
     passes += s.fin.speculative.passes;
     other_chain += s.fin.speculative.other_chain;
+    search_ms += s.fin.speculative.search_ms;
+    if (method == Method::kSwift || method == Method::kConfLayers) {
+      EXPECT_EQ(s.fin.speculative.skip_set.size(), static_cast<size_t>(target_->config().n_layer));
+    }
+  }
+  // The online searches really ran.
+  if (method == Method::kSwift || method == Method::kConfLayers) {
+    EXPECT_GT(search_ms, 0.0);
   }
   // The drafters must really have been exercised, rejections included.
   EXPECT_GT(passes, 0);
@@ -191,7 +203,7 @@ void SpeculativeEngine::expect_greedy_identity(Method method, const std::string&
 
 std::vector<std::tuple<Method, std::string>> identity_cases() {
   std::vector<std::tuple<Method, std::string>> out;
-  for (Method m : {Method::kDraft, Method::kNgram, Method::kLayerSkip}) {
+  for (Method m : {Method::kDraft, Method::kNgram, Method::kLayerSkip, Method::kSwift, Method::kConfLayers}) {
     for (const auto& f : eval::task_family_names()) out.emplace_back(m, f);
   }
   return out;
@@ -425,7 +437,7 @@ TEST_F(SpeculativeEngine, LayerSkipPassesSkipExactlyTheMaskedLayers) {
   ASSERT_TRUE(run(std::vector<uint8_t>(n_layer, 0), zero).ok());
   EXPECT_EQ(full, zero);
   std::vector<uint8_t> mask(n_layer, 0);
-  mask[1] = 1;
+  mask[1] = Batch::kSkipLayer;
   ASSERT_TRUE(run(mask, skipped).ok());
   EXPECT_NE(full, skipped);
   const Status bad = run(std::vector<uint8_t>(n_layer + 1, 0), skipped);
@@ -450,11 +462,188 @@ TEST_F(SpeculativeEngine, LayerSkipPassesSkipExactlyTheMaskedLayers) {
   ASSERT_TRUE((*d)->propose({&ds, 1}, out).ok());
   const auto& chosen = (*d)->chosen();
   ASSERT_EQ(chosen.size(), n_layer);
-  EXPECT_EQ(std::count(chosen.begin(), chosen.end(), 1), 2);
+  EXPECT_EQ(std::count(chosen.begin(), chosen.end(), Batch::kSkipLayer), 2);
   EXPECT_EQ(chosen.front(), 0);
   EXPECT_EQ(chosen.back(), 0);
   EXPECT_EQ(out[0].tokens.size(), 4u);
   EXPECT_FALSE(speculative::LayerSkipDrafter::create(*target_, static_cast<int32_t>(n_layer) - 1, 0, dc).ok());
+}
+
+TEST_F(SpeculativeEngine, SublayerSkipsSkipTheAttentionOrTheMlpAlone) {
+  // Attention alone and MLP alone each change the logits, differently, and both together are the
+  // whole layer skipped, bit for bit; a value past kSkipLayer is refused.
+  const auto nv = static_cast<size_t>(target_->config().n_vocab);
+  const auto n_layer = static_cast<size_t>(target_->config().n_layer);
+  const std::vector<TokenId> prompt = encode("Q: 3+4?\n");
+  const auto run = [&](uint8_t at_layer_2, std::vector<float>& out) {
+    auto kv = KvCache::create(target_->kv_options(1, 64));
+    EXPECT_TRUE(kv.ok());
+    Batch b;
+    b.skip_layers.assign(n_layer, 0);
+    b.skip_layers[2] = at_layer_2;
+    for (size_t p = 0; p < prompt.size(); ++p) b.add(prompt[p], static_cast<int32_t>(p), 0, p + 1 == prompt.size());
+    out.assign(nv, 0.f);
+    return target_->forward(b, *kv, *backend_, out.data());
+  };
+  std::vector<float> full, attn, mlp, whole, bad;
+  ASSERT_TRUE(run(0, full).ok());
+  ASSERT_TRUE(run(Batch::kSkipAttention, attn).ok());
+  ASSERT_TRUE(run(Batch::kSkipMlp, mlp).ok());
+  ASSERT_TRUE(run(Batch::kSkipLayer, whole).ok());
+  EXPECT_NE(full, attn);
+  EXPECT_NE(full, mlp);
+  EXPECT_NE(attn, mlp);
+  EXPECT_NE(attn, whole);
+  EXPECT_NE(mlp, whole);
+  const Status st = run(4, bad);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("skip_layers[2] = 4"), std::string::npos) << st.message();
+}
+
+namespace {
+std::vector<TokenId> passkey_prompt_tokens(const Tokenizer& tok, uint64_t seed) {
+  eval::TaskOptions to;
+  to.length = 192;
+  auto r = tok.encode(eval::generate_task("passkey", eval::TaskSplit::kTest, seed, to)->prompt);
+  return r.ok() ? *r : std::vector<TokenId>{};
+}
+}  // namespace
+
+TEST_F(SpeculativeEngine, SwiftSearchesSetsOfTheRequestedSizeAndFreezesOnRequest) {
+  const auto nv = static_cast<int32_t>(target_->config().n_vocab);
+  const auto n_layer = static_cast<int32_t>(target_->config().n_layer);
+  speculative::DrafterContext dc;
+  dc.target = target_;
+  dc.backend = backend_;
+  dc.n_slots = 1;
+  dc.capacity = 512;
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler sampler(sp, nv);
+  const std::vector<TokenId> toks = passkey_prompt_tokens(*tok_, 3);
+  speculative::SpeculativeOptions o;
+  o.method = Method::kSwift;
+  o.skip_layers = 3;
+  o.search_every = 1;
+  o.confidence = 0;  // never stop early: drafts of the full length
+  o.search_seed = 7;
+  auto d = speculative::SwiftDrafter::create(*target_, o, dc);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  std::vector<TokenId> seq = toks;
+  for (int call = 0; call < 12; ++call) {
+    speculative::DraftSequence ds{0, seq, 4, &sampler};
+    std::vector<speculative::Draft> out(1);
+    ASSERT_TRUE((*d)->propose({&ds, 1}, out).ok());
+    EXPECT_EQ(out[0].tokens.size(), 4u);
+    seq.push_back(out[0].tokens.front());
+  }
+  EXPECT_EQ((*d)->search_steps(), 12);
+  EXPECT_GT((*d)->search_ms(), 0.0);
+  const std::string found = (*d)->skip_set();
+  auto parsed = speculative::parse_skip_set(found, n_layer);
+  ASSERT_TRUE(parsed.ok()) << found;
+  EXPECT_EQ(speculative::skipped_sublayers(*parsed), 3) << found;
+  EXPECT_EQ(found.front(), '-');
+  EXPECT_EQ(found.back(), '-');
+  std::printf("swift: %d search steps, %d switches, set %s\n", (*d)->search_steps(), (*d)->switches(), found.c_str());
+
+  // Frozen at what the search found: no search, the same set, and the same drafts as a drafter
+  // that searched its way there (both run the same skipped model over the same tokens).
+  o.skip_set = found;
+  auto frozen = speculative::SwiftDrafter::create(*target_, o, dc);
+  ASSERT_TRUE(frozen.ok()) << frozen.status().message();
+  speculative::DraftSequence ds{0, seq, 5, &sampler};
+  std::vector<speculative::Draft> a(1), b(1);
+  ASSERT_TRUE((*frozen)->propose({&ds, 1}, a).ok());
+  EXPECT_EQ((*frozen)->search_steps(), 0);
+  EXPECT_EQ((*frozen)->search_ms(), 0.0);
+  EXPECT_EQ((*frozen)->skip_set(), found);
+  o.skip_set.clear();
+  o.search_every = 1000;  // one search step at the first call only
+  // Every drafter's first step measures its first random set; seed 7's, then frozen there.
+  auto once = speculative::SwiftDrafter::create(*target_, o, dc);
+  ASSERT_TRUE(once.ok());
+  ASSERT_TRUE((*once)->propose({&ds, 1}, b).ok());
+  o.skip_set = (*once)->skip_set();
+  auto replay = speculative::SwiftDrafter::create(*target_, o, dc);
+  ASSERT_TRUE(replay.ok());
+  std::vector<speculative::Draft> c(1);
+  ASSERT_TRUE((*replay)->propose({&ds, 1}, c).ok());
+  EXPECT_EQ(b[0].tokens, c[0].tokens);
+  EXPECT_EQ(b[0].tokens.size(), 5u);
+
+  // More sublayers than the middle layers have is refused with the range.
+  speculative::SpeculativeOptions too_many = o;
+  too_many.skip_set.clear();
+  too_many.skip_layers = 99;
+  auto refused = speculative::SwiftDrafter::create(*target_, too_many, dc);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            fmt::format("speculative: spec-skip = 99 must be in [1, {}] for swift (the middle layers' attention and "
+                        "MLP sublayers)",
+                        2 * (n_layer - 2)));
+  // A confidence of 1 stops every draft before its first token (no softmax reaches 1 here).
+  o.skip_set.clear();
+  o.confidence = 1.0;
+  auto shy = speculative::SwiftDrafter::create(*target_, o, dc);
+  ASSERT_TRUE(shy.ok());
+  std::vector<speculative::Draft> e(1);
+  ASSERT_TRUE((*shy)->propose({&ds, 1}, e).ok());
+  EXPECT_TRUE(e[0].tokens.empty());
+}
+
+TEST_F(SpeculativeEngine, ConfLayersExitsAtTheFirstLayerConfidentEnough) {
+  const auto nv = static_cast<int32_t>(target_->config().n_vocab);
+  const auto n_layer = static_cast<int32_t>(target_->config().n_layer);
+  speculative::DrafterContext dc;
+  dc.target = target_;
+  dc.backend = backend_;
+  dc.n_slots = 1;
+  dc.capacity = 512;
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler sampler(sp, nv);
+  const std::vector<TokenId> toks = passkey_prompt_tokens(*tok_, 4);
+  speculative::DraftSequence ds{0, toks, 4, &sampler};
+  speculative::SpeculativeOptions o;
+  o.method = Method::kConfLayers;
+  // Threshold 1: no exit is confident enough; every exit measured, the deepest used.
+  o.confidence = 1.0;
+  auto all = speculative::ConfLayersDrafter::create(*target_, o, dc);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  std::vector<speculative::Draft> out(1);
+  ASSERT_TRUE((*all)->propose({&ds, 1}, out).ok());
+  EXPECT_EQ((*all)->exit_layer(), n_layer - 1);
+  EXPECT_EQ((*all)->skip_set(), std::string(static_cast<size_t>(n_layer - 1), '-') + "x");
+  const std::vector<double> conf = (*all)->confidences();
+  ASSERT_EQ(conf.size(), static_cast<size_t>(n_layer - 2));
+  for (double c : conf) {
+    EXPECT_GT(c, 0.0);
+    EXPECT_LT(c, 1.0);
+  }
+  std::printf("conflayers: mean top-token probability at exits 1..%d:", n_layer - 2);
+  for (double c : conf) std::printf(" %.3f", c);
+  std::printf("\n");
+  // Threshold at each measured confidence: the exit is the first layer reaching it.
+  for (size_t j = 0; j < conf.size(); ++j) {
+    o.confidence = conf[j];
+    auto d = speculative::ConfLayersDrafter::create(*target_, o, dc);
+    ASSERT_TRUE(d.ok());
+    ASSERT_TRUE((*d)->propose({&ds, 1}, out).ok());
+    size_t first = 0;
+    while (conf[first] < conf[j]) ++first;
+    EXPECT_EQ((*d)->exit_layer(), static_cast<int32_t>(first) + 2) << "threshold " << conf[j];
+    const std::string set = (*d)->skip_set();
+    EXPECT_EQ(set.find('x'), first + 2) << set;
+  }
+  // A set given is used as is, without a search.
+  o.skip_set = "--xxxx";
+  o.skip_set.resize(static_cast<size_t>(n_layer), 'x');
+  auto frozen = speculative::ConfLayersDrafter::create(*target_, o, dc);
+  ASSERT_TRUE(frozen.ok());
+  ASSERT_TRUE((*frozen)->propose({&ds, 1}, out).ok());
+  EXPECT_EQ((*frozen)->skip_set(), o.skip_set);
+  EXPECT_EQ((*frozen)->search_ms(), 0.0);
 }
 
 TEST_F(SpeculativeEngine, ADraftOverItsMemoryBudgetIsRefusedWithTheNumbers) {

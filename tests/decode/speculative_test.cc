@@ -352,7 +352,7 @@ TEST(SpeculativeLayerSkip, CandidatesAreEverySubsetOfTheMiddleLayers) {
       for (uint32_t bits = 0; bits < (1u << n_layer); ++bits) {
         if ((bits & 1u) || (bits >> (n_layer - 1)) & 1u || std::popcount(bits) != n_skip) continue;
         std::vector<uint8_t> mask(static_cast<size_t>(n_layer));
-        for (int32_t l = 0; l < n_layer; ++l) mask[static_cast<size_t>(l)] = (bits >> l) & 1u;
+        for (int32_t l = 0; l < n_layer; ++l) mask[static_cast<size_t>(l)] = (bits >> l) & 1u ? Batch::kSkipLayer : 0;
         ASSERT_NE(std::find(c.begin(), c.end(), mask), c.end()) << n_layer << " layers, skip " << n_skip;
         ++expected;
       }
@@ -364,7 +364,7 @@ TEST(SpeculativeLayerSkip, CandidatesAreEverySubsetOfTheMiddleLayers) {
   ASSERT_EQ(capped.size(), 64u);
   EXPECT_EQ(capped, layer_skip_candidates(30, 10, 64));
   for (const auto& m : capped) {
-    EXPECT_EQ(std::count(m.begin(), m.end(), 1), 10);
+    EXPECT_EQ(std::count(m.begin(), m.end(), Batch::kSkipLayer), 10);
     EXPECT_EQ(m.front(), 0);
     EXPECT_EQ(m.back(), 0);
     EXPECT_EQ(std::count(capped.begin(), capped.end(), m), 1);

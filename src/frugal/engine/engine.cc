@@ -49,6 +49,7 @@ struct Engine::Active {
   std::optional<Sampler> draft_sampler;
   std::optional<speculative::DraftLength> draft_len;
   SpeculativeStats spec;
+  double search_ms_at_admission = 0;  // the drafter's search time before this request (search_ms)
   ModelWork own_work;  // with its own KV state: its cache's bytes per position
 };
 
@@ -350,6 +351,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
     act->spec.method = speculative::method_name(drafter_->method());
     act->spec.candidates = opts_.spec.candidates;
     act->spec.rule = speculative::candidate_rule_name(opts_.spec.rule);
+    act->search_ms_at_admission = drafter_->search_ms();
   }
   act->prefill_rec.energy.source = tel_->meter().source();
   act->decode_rec.energy.source = tel_->meter().source();
@@ -1029,6 +1031,10 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   f.generated_tokens = r.generated;
   f.seed = r.sampler.seed();
   f.speculative = r.spec;
+  if (r.draft_len && drafter_) {
+    f.speculative.skip_set = drafter_->skip_set();
+    f.speculative.search_ms = drafter_->search_ms() - r.search_ms_at_admission;
+  }
   RequestTimings& t = f.timings;
   const double admitted = r.admitted >= 0 ? r.admitted : now;
   t.queue_ms = (admitted - r.arrival) * 1e3;

@@ -110,7 +110,8 @@ Result<uint64_t> parse_u64(const std::string& label, const std::string& value) {
 std::vector<std::string> generate_option_names() {
   return {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
           "kv-policy", "kv-budget", "kv-budget-of", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant",
-          "kv-memory", "spec", "spec-k", "spec-skip", "spec-candidates", "spec-rule", "draft", "draft-memory"};
+          "kv-memory", "spec", "spec-k", "spec-skip", "spec-candidates", "spec-rule", "spec-confidence",
+          "spec-skip-set", "spec-seed", "spec-search-every", "draft", "draft-memory"};
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value,
@@ -211,6 +212,31 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
     FRUGAL_ASSIGN_OR_RETURN(o.spec.skip_layers, parse_int(label, value));
     if (o.spec.skip_layers < 0) {
       return error(ErrorCode::kInvalidArgument, "{}: {} is negative", label, o.spec.skip_layers);
+    }
+    return ok_status();
+  }
+  if (name == "spec-confidence") {
+    FRUGAL_ASSIGN_OR_RETURN(o.spec.confidence, parse_number(label, value));
+    if (!(o.spec.confidence >= 0.0 && o.spec.confidence <= 1.0)) {
+      return error(ErrorCode::kInvalidArgument, "{}: {} is not a probability in [0, 1]", label, value);
+    }
+    return ok_status();
+  }
+  if (name == "spec-skip-set") {
+    // Its length and letters are checked against the model when the drafter is made.
+    if (value.empty()) return error(ErrorCode::kInvalidArgument, "{}: empty skip set", label);
+    o.spec.skip_set = value;
+    return ok_status();
+  }
+  if (name == "spec-seed") {
+    FRUGAL_ASSIGN_OR_RETURN(o.spec.search_seed, parse_u64(label, value));
+    return ok_status();
+  }
+  if (name == "spec-search-every") {
+    FRUGAL_ASSIGN_OR_RETURN(o.spec.search_every, parse_int(label, value));
+    if (o.spec.search_every < 1) {
+      return error(ErrorCode::kInvalidArgument, "{}: {} must be at least 1 (drafting calls between search steps)",
+                   label, o.spec.search_every);
     }
     return ok_status();
   }

@@ -74,6 +74,11 @@ struct SpeculativeStats {
   int64_t emitted = 0;          // tokens those passes produced (accepted + one of the target's each)
   int64_t other_chain = 0;      // passes that kept tokens of a chain other than the first
   double draft_ms = 0;          // time spent drafting (a step's drafting shared by draft tokens)
+  // Self-speculation (swift, conflayers): the drafter's skip set when the request ended
+  // (speculative::format_skip_set(); --spec-skip-set replays it frozen), and the part of draft_ms
+  // its online search took, shared alike by the sequences of the steps it ran in.
+  std::string skip_set;
+  double search_ms = 0;
   double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0; }
   double tokens_per_pass() const { return passes > 0 ? static_cast<double>(emitted) / passes : 0.0; }
 };

@@ -191,34 +191,38 @@ void Model::layer_forward(int il, const LayerStep& step) {
   const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
   Workspace& w = *ws_;
   const int64_t kv_dim = c.n_head_kv * c.head_dim;
+  const uint8_t skip = batch.skip_layers.empty() ? 0 : batch.skip_layers[static_cast<size_t>(il)];
 
   // Attention.
-  be.rms_norm(w.x.data(), L.attn_norm.data(), n, c.n_embd, c.rms_eps, w.h.data());
-  be.matmul(L.wq, w.h.data(), n, w.q.data(), L.bq.empty() ? nullptr : L.bq.data());
-  be.matmul(L.wk, w.h.data(), n, w.k.data(), L.bk.empty() ? nullptr : L.bk.data());
-  be.matmul(L.wv, w.h.data(), n, w.v.data(), L.bv.empty() ? nullptr : L.bv.data());
-  if (c.qk_norm) {
-    be.rms_norm(w.q.data(), L.q_norm.data(), n * c.n_head, c.head_dim, c.rms_eps, w.q.data());
-    be.rms_norm(w.k.data(), L.k_norm.data(), n * c.n_head_kv, c.head_dim, c.rms_eps, w.k.data());
+  if ((skip & Batch::kSkipAttention) == 0) {
+    be.rms_norm(w.x.data(), L.attn_norm.data(), n, c.n_embd, c.rms_eps, w.h.data());
+    be.matmul(L.wq, w.h.data(), n, w.q.data(), L.bq.empty() ? nullptr : L.bq.data());
+    be.matmul(L.wk, w.h.data(), n, w.k.data(), L.bk.empty() ? nullptr : L.bk.data());
+    be.matmul(L.wv, w.h.data(), n, w.v.data(), L.bv.empty() ? nullptr : L.bv.data());
+    if (c.qk_norm) {
+      be.rms_norm(w.q.data(), L.q_norm.data(), n * c.n_head, c.head_dim, c.rms_eps, w.q.data());
+      be.rms_norm(w.k.data(), L.k_norm.data(), n * c.n_head_kv, c.head_dim, c.rms_eps, w.k.data());
+    }
+    be.rope(w.q.data(), n, c.n_head, c.head_dim, batch.pos.data(), c.rope);
+    be.rope(w.k.data(), n, c.n_head_kv, c.head_dim, batch.pos.data(), c.rope);
+    for (int64_t t = 0; t < n; ++t) {
+      // Capacity was checked and room reserved for the whole batch before the first layer ran.
+      (void)kv.append(il, batch.seq[static_cast<size_t>(t)], batch.pos[static_cast<size_t>(t)],
+                      w.k.data() + t * kv_dim, w.v.data() + t * kv_dim);
+    }
+    AttentionParams ap;
+    ap.n_head = static_cast<int>(c.n_head);
+    ap.n_head_kv = static_cast<int>(c.n_head_kv);
+    ap.head_dim = static_cast<int>(c.head_dim);
+    ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    ap.window = c.sliding_window;
+    if (step.observer) step.observer->before_attention(il, batch.seq.data(), batch.pos.data(), n, w.q.data(), ap);
+    be.attention(w.q.data(), kv, il, batch.seq.data(), batch.pos.data(), n, ap, w.attn.data());
+    if (step.observer) step.observer->after_attention(kv, il, batch.seq.data(), n);
+    be.matmul(L.wo, w.attn.data(), n, w.o.data());
+    be.add(w.x.data(), w.o.data(), n * c.n_embd);
   }
-  be.rope(w.q.data(), n, c.n_head, c.head_dim, batch.pos.data(), c.rope);
-  be.rope(w.k.data(), n, c.n_head_kv, c.head_dim, batch.pos.data(), c.rope);
-  for (int64_t t = 0; t < n; ++t) {
-    // Capacity was checked and room reserved for the whole batch before the first layer ran.
-    (void)kv.append(il, batch.seq[static_cast<size_t>(t)], batch.pos[static_cast<size_t>(t)],
-                    w.k.data() + t * kv_dim, w.v.data() + t * kv_dim);
-  }
-  AttentionParams ap;
-  ap.n_head = static_cast<int>(c.n_head);
-  ap.n_head_kv = static_cast<int>(c.n_head_kv);
-  ap.head_dim = static_cast<int>(c.head_dim);
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  ap.window = c.sliding_window;
-  if (step.observer) step.observer->before_attention(il, batch.seq.data(), batch.pos.data(), n, w.q.data(), ap);
-  be.attention(w.q.data(), kv, il, batch.seq.data(), batch.pos.data(), n, ap, w.attn.data());
-  if (step.observer) step.observer->after_attention(kv, il, batch.seq.data(), n);
-  be.matmul(L.wo, w.attn.data(), n, w.o.data());
-  be.add(w.x.data(), w.o.data(), n * c.n_embd);
+  if ((skip & Batch::kSkipMlp) != 0) return;
 
   // Feed-forward (SwiGLU).
   be.rms_norm(w.x.data(), L.ffn_norm.data(), n, c.n_embd, c.rms_eps, w.h.data());
@@ -262,6 +266,13 @@ Status Model::run_forward(const Batch& batch, KvCache& kv, Backend& be, float* l
     return error(ErrorCode::kInvalidArgument, "forward: skip_layers has {} entries for {} layers",
                  batch.skip_layers.size(), config_.n_layer);
   }
+  for (size_t il = 0; il < batch.skip_layers.size(); ++il) {
+    if (batch.skip_layers[il] > Batch::kSkipLayer) {
+      return error(ErrorCode::kInvalidArgument,
+                   "forward: skip_layers[{}] = {} is not a sum of kSkipAttention and kSkipMlp", il,
+                   batch.skip_layers[il]);
+    }
+  }
   // A backend that runs the pass whole (forward_model) runs every layer.
   if (observer == nullptr && batch.skip_layers.empty()) {
     FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits, greedy));
@@ -287,7 +298,9 @@ Status Model::run_forward(const Batch& batch, KvCache& kv, Backend& be, float* l
   be.get_rows(weights_.token_embd, batch.tokens.data(), n, w.x.data());
   const LayerStep step{batch, kv, be, observer};
   for (int il = 0; il < c.n_layer; ++il) {
-    if (batch.skip_layers.empty() || batch.skip_layers[static_cast<size_t>(il)] == 0) layer_forward(il, step);
+    if (batch.skip_layers.empty() || batch.skip_layers[static_cast<size_t>(il)] != Batch::kSkipLayer) {
+      layer_forward(il, step);
+    }
   }
 
   // Only the rows that asked for logits go through the final norm and the (large) output matrix.

@@ -68,9 +68,13 @@ struct Batch {
   // Every token computed bit for bit as in a pass of its own (Backend::set_row_invariant): a
   // speculative verify pass, whose rows must be plain decoding's. Kept by clear().
   bool row_invariant = false;
-  // [n_layer] 1: the pass skips that layer (the residual stream passes through, no K/V is written
-  // for it): the target as its own draft (self-speculative decoding). Empty: every layer. Kept by
-  // clear().
+  // [n_layer] sublayers the pass skips, per layer a sum of kSkipAttention and kSkipMlp (0: the
+  // layer runs whole): the residual stream passes a skipped sublayer unchanged, and a layer whose
+  // attention is skipped writes no K/V. The target as its own draft (self-speculative decoding).
+  // Empty: every layer. Kept by clear().
+  static constexpr uint8_t kSkipAttention = 1;
+  static constexpr uint8_t kSkipMlp = 2;
+  static constexpr uint8_t kSkipLayer = kSkipAttention | kSkipMlp;
   std::vector<uint8_t> skip_layers;
   void clear() { tokens.clear(); pos.clear(); seq.clear(); want_logits.clear(); }
   void add(TokenId t, int32_t p, int32_t s, bool logits) {

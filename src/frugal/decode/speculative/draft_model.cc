@@ -1,6 +1,7 @@
 #include "frugal/decode/speculative/draft_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "frugal/decode/speculative/acceptance.h"
 
@@ -23,6 +24,13 @@ std::string printable(const std::string& token) {
     }
   }
   return out;
+}
+// The largest softmax probability of a logits row.
+double top_probability(const float* logits, size_t n) {
+  const float top = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - top));
+  return 1.0 / sum;
 }
 // The rank-th most likely token by logit other than `best` (rank >= 1; ties to the lower id): an
 // alternative first token for a greedy chain. Which alternatives are tried never changes greedy
@@ -173,12 +181,17 @@ Status DraftModelDrafter::propose(std::span<const DraftSequence> seqs, std::span
   history_.resize(seqs.size());
   for (size_t i : live) history_[i].assign(seqs[i].tokens.begin(), seqs[i].tokens.end());
   const auto nv = static_cast<size_t>(n_vocab_);
+  std::vector<uint8_t> stopped(seqs.size(), 0);  // drafting ended on low confidence
   for (;;) {
     // Draw the next token of every live sequence from its logits row.
     for (size_t r = 0; r < live.size(); ++r) {
       const size_t i = live[r];
       Sampler& s = *seqs[i].sampler;
       const float* row = logits_.data() + r * nv;
+      if (stop_below_ > 0 && top_probability(row, nv) < stop_below_) {
+        stopped[i] = 1;
+        continue;
+      }
       TokenId x;
       if (!(s.params().temperature > 0.0f)) {
         x = s.sample(row, history_[i]);  // greedy: the argmax after penalties, no draw
@@ -196,7 +209,7 @@ Status DraftModelDrafter::propose(std::span<const DraftSequence> seqs, std::span
     std::vector<size_t> next;
     batch_.clear();
     for (size_t i : live) {
-      if (static_cast<int32_t>(out[i].tokens.size()) >= seqs[i].max_tokens) continue;
+      if (stopped[i] || static_cast<int32_t>(out[i].tokens.size()) >= seqs[i].max_tokens) continue;
       std::vector<TokenId>& cached = cached_[static_cast<size_t>(seqs[i].slot)];
       batch_.add(out[i].tokens.back(), static_cast<int32_t>(cached.size()), seqs[i].slot, true);
       cached.push_back(out[i].tokens.back());

@@ -40,6 +40,10 @@ class DraftModelDrafter : public Drafter {
   Model& draft_model() { return draft_; }
   Backend& backend() { return backend_; }
   void set_cost_ratio(double c) { cost_ratio_ = c; }
+  // Drafting of a sequence stops before a token whose top probability under the draft's raw
+  // logits (softmax, before the request's sampling transform) is below `p` (SWIFT's early stop of
+  // drafting); 0: never. The decision precedes the draw, so the rule's law is untouched.
+  void set_stop_below(double p) { stop_below_ = p; }
 
  private:
   // Feeds tokens [cached, size) of each sequence; afterwards logits_ row i holds the draft's
@@ -51,6 +55,7 @@ class DraftModelDrafter : public Drafter {
   KvCache kv_;                                // one sequence per engine slot
   std::vector<std::vector<TokenId>> cached_;  // [slot] tokens whose rows kv_ holds, in order
   double cost_ratio_;
+  double stop_below_ = 0;
   int32_t n_vocab_;
   Batch batch_;
   std::vector<float> logits_;                 // [sequence][n_vocab]

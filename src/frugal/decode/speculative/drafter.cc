@@ -1,8 +1,10 @@
 #include "frugal/decode/speculative/drafter.h"
 
+#include "frugal/decode/speculative/conf_layers.h"
 #include "frugal/decode/speculative/draft_model.h"
 #include "frugal/decode/speculative/layer_skip.h"
 #include "frugal/decode/speculative/ngram.h"
+#include "frugal/decode/speculative/swift.h"
 
 namespace frugal::speculative {
 
@@ -12,6 +14,8 @@ const char* method_name(Method m) {
     case Method::kDraft: return "draft";
     case Method::kNgram: return "ngram";
     case Method::kLayerSkip: return "layerskip";
+    case Method::kSwift: return "swift";
+    case Method::kConfLayers: return "conflayers";
   }
   return "none";
 }
@@ -21,7 +25,10 @@ Result<Method> parse_method(const std::string& name) {
   if (name == "draft") return Method::kDraft;
   if (name == "ngram") return Method::kNgram;
   if (name == "layerskip") return Method::kLayerSkip;
-  return error(ErrorCode::kInvalidArgument, "speculative method '{}' is not none, draft, ngram or layerskip", name);
+  if (name == "swift") return Method::kSwift;
+  if (name == "conflayers") return Method::kConfLayers;
+  return error(ErrorCode::kInvalidArgument,
+               "speculative method '{}' is not none, draft, ngram, layerskip, swift or conflayers", name);
 }
 
 Status validate(const SpeculativeOptions& o) {
@@ -34,13 +41,27 @@ Status validate(const SpeculativeOptions& o) {
   }
   if (o.candidates > 1 && o.method == Method::kNgram) {
     return error(ErrorCode::kInvalidArgument,
-                 "speculative: spec-candidates = {} needs a drafter that samples its drafts (draft or layerskip); "
+                 "speculative: spec-candidates = {} needs a drafter that samples its drafts (draft, layerskip, swift "
+                 "or conflayers); "
                  "ngram proposes one continuation with certainty",
                  o.candidates);
   }
   if (o.skip_layers < 0) {
     return error(ErrorCode::kInvalidArgument, "speculative: spec-skip = {} must be >= 1 (0: half the middle layers)",
                  o.skip_layers);
+  }
+  const bool searches = o.method == Method::kSwift || o.method == Method::kConfLayers;
+  if (!o.skip_set.empty() && !searches) {
+    return error(ErrorCode::kInvalidArgument,
+                 "speculative: spec-skip-set '{}' freezes the skip set of swift or conflayers, not of {}", o.skip_set,
+                 method_name(o.method));
+  }
+  if (!(o.confidence >= 0.0 && o.confidence <= 1.0)) {
+    return error(ErrorCode::kInvalidArgument, "speculative: spec-confidence = {} must be in [0, 1]", o.confidence);
+  }
+  if (o.search_every < 1) {
+    return error(ErrorCode::kInvalidArgument, "speculative: spec-search-every = {} must be at least 1",
+                 o.search_every);
   }
   if (o.ngram_max < 1 || o.ngram_max > 16) {
     return error(ErrorCode::kInvalidArgument, "speculative: ngram_max = {} must be in [1, 16]", o.ngram_max);
@@ -62,6 +83,16 @@ Result<std::unique_ptr<Drafter>> make_drafter(const SpeculativeOptions& o, const
       // requires.
       FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<LayerSkipDrafter> d,
                               LayerSkipDrafter::create(*ctx.target, o.skip_layers, o.draft_memory, ctx));
+      return std::unique_ptr<Drafter>(std::move(d));
+    }
+    case Method::kSwift: {
+      if (ctx.target == nullptr) return error(ErrorCode::kInvalidArgument, "speculative: no target model given");
+      FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<SwiftDrafter> d, SwiftDrafter::create(*ctx.target, o, ctx));
+      return std::unique_ptr<Drafter>(std::move(d));
+    }
+    case Method::kConfLayers: {
+      if (ctx.target == nullptr) return error(ErrorCode::kInvalidArgument, "speculative: no target model given");
+      FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<ConfLayersDrafter> d, ConfLayersDrafter::create(*ctx.target, o, ctx));
       return std::unique_ptr<Drafter>(std::move(d));
     }
     case Method::kDraft: {

@@ -30,8 +30,10 @@ enum class Method : int {
   kDraft = 1,  // a draft model (draft_model.h)
   kNgram = 2,  // prompt lookup (ngram.h)
   kLayerSkip = 3,  // the target with layers skipped (layer_skip.h)
+  kSwift = 4,      // the target with sublayers skipped, the set searched online (swift.h)
+  kConfLayers = 5,  // the target exiting early at a confidence-chosen layer (conf_layers.h)
 };
-const char* method_name(Method m);  // "none", "draft", "ngram", "layerskip"
+const char* method_name(Method m);  // "none", "draft", "ngram", "layerskip", "swift", "conflayers"
 Result<Method> parse_method(const std::string& name);
 
 struct SpeculativeOptions {
@@ -47,6 +49,15 @@ struct SpeculativeOptions {
   // together (chain_verify.h); 1: one draft, Leviathan / Chen's rule.
   int32_t candidates = 1;
   CandidateRule rule = CandidateRule::kStandard;  // --spec-rule: how the candidates are verified
+  // Self-speculation with an online search (swift, conflayers):
+  // --spec-confidence: drafting stops before a token whose top probability under the draft (its
+  // raw logits, softmax) is below this; conflayers also picks its exit layer by it.
+  double confidence = 0.8;
+  // --spec-skip-set: the skip set frozen at this value (skip_set.h's text form), no search: the
+  // audit's replay of what a search found.
+  std::string skip_set;
+  uint64_t search_seed = 0;      // --spec-seed: the search's random candidates
+  int32_t search_every = 8;      // --spec-search-every: drafting calls between search steps
 };
 inline constexpr int32_t kMaxCandidates = 8;
 // kInvalidArgument naming the field (k outside [1, 32], candidates outside [1, kMaxCandidates] or
@@ -86,6 +97,10 @@ class Drafter {
   virtual Status propose(std::span<const DraftSequence> seqs, std::span<Draft> out) = 0;
   // Cost of proposing one token relative to one target pass (adaptive draft length).
   virtual double cost_ratio() const = 0;
+  // Self-speculation: the skip set now in use (skip_set.h's text form; empty for other drafters)
+  // and the milliseconds its online search has taken so far.
+  virtual std::string skip_set() const { return {}; }
+  virtual double search_ms() const { return 0; }
 };
 
 // What a drafter is built for: the target, the backend that runs both, and the engine's sequence

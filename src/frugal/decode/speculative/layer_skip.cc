@@ -17,7 +17,7 @@ std::vector<std::vector<uint8_t>> layer_skip_candidates(int32_t n_layer, int32_t
     for (int32_t i = 0; i < n_skip; ++i) pick[static_cast<size_t>(i)] = i;
     for (;;) {
       std::vector<uint8_t> mask(static_cast<size_t>(n_layer), 0);
-      for (int32_t p : pick) mask[static_cast<size_t>(p + 1)] = 1;
+      for (int32_t p : pick) mask[static_cast<size_t>(p + 1)] = Batch::kSkipLayer;
       out.push_back(std::move(mask));
       int32_t i = n_skip - 1;
       while (i >= 0 && pick[static_cast<size_t>(i)] == middle - n_skip + i) --i;
@@ -33,7 +33,7 @@ std::vector<std::vector<uint8_t>> layer_skip_candidates(int32_t n_layer, int32_t
   while (static_cast<int>(out.size()) < max_candidates) {
     std::shuffle(layers.begin(), layers.end(), rng);
     std::vector<uint8_t> mask(static_cast<size_t>(n_layer), 0);
-    for (int32_t i = 0; i < n_skip; ++i) mask[static_cast<size_t>(layers[static_cast<size_t>(i)])] = 1;
+    for (int32_t i = 0; i < n_skip; ++i) mask[static_cast<size_t>(layers[static_cast<size_t>(i)])] = Batch::kSkipLayer;
     if (std::find(out.begin(), out.end(), mask) == out.end()) out.push_back(std::move(mask));
   }
   return out;
