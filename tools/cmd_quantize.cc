@@ -1,5 +1,8 @@
 // frugal quantize: IN.gguf OUT.gguf TYPE, with llama-quantize's per-tensor rules and bytes
-// (quantize/model_quantizer.h). A bar on a terminal, one summary line otherwise.
+// (quantize/model_quantizer.h). A bar on a terminal, one summary line otherwise. With
+// --target-bpw B --fisher FILE (FAMPWQ), the layer matrices get the types an allocator picks from
+// the Fisher-weighted quantization error under a size budget; TYPE then only sets the tensors
+// outside the layers (token embedding, output), Q8_0's rules when it is omitted.
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +12,9 @@
 
 #include "command.h"
 #include "common.h"
+#include "frugal/quantize/bit_allocator.h"
+#include "frugal/quantize/fisher_cost.h"
+#include "frugal/quantize/fisher_file.h"
 #include "frugal/quantize/importance_collector.h"
 #include "frugal/quantize/model_quantizer.h"
 
@@ -29,6 +35,11 @@ struct QuantizeArgs {
   bool ocg = false;
   bool list = false;
   int threads = 0;
+  // FAMPWQ: a mixed-precision allocation of the layer matrices under a size budget.
+  double target_bpw = 0;  // 0: off
+  std::string fisher, allocator = "dp", granularity = "layer";
+  uint64_t seed = 1;
+  int rl_episodes = 3000;
 };
 
 Result<DType> parse_tensor_type(const std::string& what, const std::string& name) {
@@ -47,6 +58,94 @@ void draw_bar(const quantize::TensorProgress& p) {
   std::fflush(stderr);
 }
 
+// Builds the cost table, checks the budget, runs the allocator, prints the allocation, and puts
+// the chosen types into o.assigned_types.
+int plan_fampwq(const QuantizeArgs& a, quantize::QuantizeOptions& o) {
+  const std::string cmd = "quantize";
+  if (a.fisher.empty()) return fail(cmd, "--target-bpw needs --fisher FILE (the Fisher diagonal from train/fisher.py)");
+  if (!(a.target_bpw > 0)) return fail(cmd, "--target-bpw must be a positive number of bits per weight");
+  auto model = GgufFile::open(a.input);
+  if (!model.ok()) return fail(cmd, model.status().message());
+  auto fisher = quantize::FisherFile::open(a.fisher);
+  if (!fisher.ok()) return fail(cmd, fisher.status().message());
+  quantize::FisherCostOptions co;
+  co.granularity = a.granularity == "tensor" ? quantize::AllocationGranularity::kTensor
+                                             : quantize::AllocationGranularity::kLayer;
+  co.imatrix = o.imatrix;
+  co.n_threads = o.n_threads;
+  auto units = quantize::fisher_cost_table(**model, *fisher, co);
+  if (!units.ok()) return fail(cmd, units.status().message());
+  int64_t n_weights = 0;
+  for (const auto& u : *units) n_weights += u.n_weights;
+  const auto budget = static_cast<uint64_t>(a.target_bpw * static_cast<double>(n_weights) / 8.0);
+  const uint64_t lo = quantize::min_total_bytes(*units);
+  const uint64_t hi = quantize::max_total_bytes(*units);
+  auto bpw_of = [&](uint64_t bytes) { return 8.0 * static_cast<double>(bytes) / static_cast<double>(n_weights); };
+  if (budget < lo || budget > hi) {
+    return fail(cmd, fmt::format("--target-bpw {:.4f} ({} bytes for the {} weights of the layer matrices) is outside "
+                                 "what the candidate types allow: {:.4f} ({} bytes, every unit at its smallest type) "
+                                 "to {:.4f} bpw ({} bytes, every unit at its largest)",
+                                 a.target_bpw, budget, n_weights, bpw_of(lo), lo, bpw_of(hi), hi));
+  }
+  Result<quantize::Allocation> alloc = quantize::Allocation{};
+  std::string how;
+  if (a.allocator == "rl") {
+    quantize::RlOptions ro;
+    ro.seed = a.seed;
+    ro.episodes = a.rl_episodes;
+    quantize::RlReport rr;
+    alloc = quantize::allocate_rl(*units, budget, ro, &rr);
+    how = fmt::format("rl: REINFORCE, {} episodes, seed {}, returned episode {} (greedy policy cost {:.6g})",
+                      rr.episodes, a.seed, rr.best_episode, rr.final_greedy_cost);
+  } else {
+    quantize::DpReport dr;
+    alloc = quantize::allocate_dp(*units, budget, {}, &dr);
+    how = fmt::format("dp: knapsack over {} cells of {} bytes ({})", dr.cells, dr.grid_bytes,
+                      dr.exact ? "the gcd of the sizes: exact" : "sizes rounded up: within one cell per unit");
+  }
+  if (!alloc.ok()) return fail(cmd, alloc.status().message());
+  std::printf("FAMPWQ allocation of %s (Fisher %s: %lld windows, %lld tokens), %s granularity\n", a.input.c_str(),
+              a.fisher.c_str(), static_cast<long long>(fisher->windows()), static_cast<long long>(fisher->tokens()),
+              a.granularity.c_str());
+  std::printf("%-28s %-7s %10s %7s %14s\n", "unit", "type", "bytes", "bpw", "cost");
+  for (size_t i = 0; i < units->size(); ++i) {
+    const auto& u = (*units)[i];
+    const auto& opt = u.options[static_cast<size_t>(alloc->choice[i])];
+    std::printf("%-28s %-7s %10llu %7.4f %14.6g\n", u.name.c_str(), std::string(dtype_name(opt.type)).c_str(),
+                static_cast<unsigned long long>(opt.bytes),
+                8.0 * static_cast<double>(opt.bytes) / static_cast<double>(u.n_weights), opt.cost);
+    for (const std::string& t : u.tensors) o.assigned_types[t] = opt.type;
+  }
+  std::printf("allocator %s\n", how.c_str());
+  std::printf("layer matrices: %lld weights, budget %llu bytes (%.4f bpw), allocated %llu bytes = %.4f bpw, total "
+              "cost %.6g\n",
+              static_cast<long long>(n_weights), static_cast<unsigned long long>(budget), a.target_bpw,
+              static_cast<unsigned long long>(alloc->bytes), bpw_of(alloc->bytes), alloc->cost);
+  // The same cost for every type every unit can take, at its size: what uniform types would cost.
+  std::string uniform;
+  for (const auto& first : (*units)[0].options) {
+    uint64_t bytes = 0;
+    double cost = 0;
+    bool everywhere = true;
+    for (const auto& u : *units) {
+      auto it = std::find_if(u.options.begin(), u.options.end(), [&](const auto& x) { return x.type == first.type; });
+      if (it == u.options.end()) {
+        everywhere = false;
+        break;
+      }
+      bytes += it->bytes;
+      cost += it->cost;
+    }
+    if (everywhere) uniform += fmt::format(" {} {:.4f} bpw cost {:.6g};", dtype_name(first.type), bpw_of(bytes), cost);
+  }
+  if (!uniform.empty()) std::printf("uniform types for comparison:%s\n", uniform.c_str());
+  o.provenance = {{"quantize.fampwq.fisher", a.fisher},
+                  {"quantize.fampwq.allocator", a.allocator},
+                  {"quantize.fampwq.granularity", a.granularity},
+                  {"quantize.fampwq.target_bpw", fmt::format("{:.4f}", a.target_bpw)}};
+  return 0;
+}
+
 int quantize_cmd(const QuantizeArgs& a) {
   const std::string cmd = "quantize";
   if (a.list) {
@@ -55,8 +154,12 @@ int quantize_cmd(const QuantizeArgs& a) {
     }
     return 0;
   }
-  if (a.input.empty() || a.output.empty() || a.type.empty()) return fail(cmd, "usage: frugal quantize IN.gguf OUT.gguf TYPE");
-  auto target = quantize::find_target(a.type);
+  const bool fampwq = a.target_bpw != 0 || !a.fisher.empty();
+  if (a.input.empty() || a.output.empty() || (a.type.empty() && !fampwq)) {
+    return fail(cmd, "usage: frugal quantize IN.gguf OUT.gguf TYPE, or IN.gguf OUT.gguf [TYPE] --target-bpw B --fisher FILE");
+  }
+  const std::string type_name = a.type.empty() ? "Q8_0" : a.type;
+  auto target = quantize::find_target(type_name);
   if (!target) return fail(cmd, "unknown type '" + a.type + "'; one of: " + quantize::target_names());
   quantize::QuantizeOptions o;
   o.input = a.input;
@@ -147,6 +250,10 @@ int quantize_cmd(const QuantizeArgs& a) {
   if (o.nvfp4_scale == quantize::Nvfp4Scale::kHScale && !imatrix) {
     std::fprintf(stderr, "frugal quantize: H-Scale without --imatrix: every column weighs 1 (plain squared error)\n");
   }
+  if (fampwq) {
+    if (a.target_bpw == 0) return fail(cmd, "--fisher needs --target-bpw B (bits per weight of the layer matrices)");
+    if (int rc = plan_fampwq(a, o); rc != 0) return rc;
+  }
   if (isatty(STDERR_FILENO)) o.on_tensor = draw_bar;
   auto r = quantize::quantize_model(o);
   if (!r.ok()) return fail(cmd, r.status().message());
@@ -220,6 +327,18 @@ RunFn setup(CLI::App& app) {
                "F32/F16/BF16)");
   app.add_option("-t,--threads", a->threads, "threads (0: all cores)");
   app.add_flag("--list", a->list, "list the types and mixes");
+  app.add_option("--target-bpw", a->target_bpw,
+                 "FAMPWQ: bits per weight for the layer matrices (blk.N.*); their types are allocated from --fisher, "
+                 "TYPE (default Q8_0) then only sets the tensors outside the layers");
+  app.add_option("--fisher", a->fisher, "FAMPWQ: Fisher diagonal GGUF from train/fisher.py");
+  app.add_option("--allocator", a->allocator, "FAMPWQ allocator: dp (exact knapsack) or rl (REINFORCE agent)")
+      ->check(CLI::IsMember({"dp", "rl"}))
+      ->capture_default_str();
+  app.add_option("--granularity", a->granularity, "FAMPWQ unit: layer (all its matrices at one type) or tensor")
+      ->check(CLI::IsMember({"layer", "tensor"}))
+      ->capture_default_str();
+  app.add_option("--seed", a->seed, "FAMPWQ rl: random seed")->capture_default_str();
+  app.add_option("--rl-episodes", a->rl_episodes, "FAMPWQ rl: training episodes")->capture_default_str();
   return [a, scale_opt, radius_opt]() {
     a->hscale_radius_given = radius_opt->count() > 0;
     a->nvfp4_flags_given = scale_opt->count() > 0 || a->hscale_radius_given;

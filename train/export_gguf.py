@@ -71,14 +71,20 @@ def export(model, path, name, extra_meta=None):
 
 
 def load(path, device="cpu"):
-    """Builds a Transformer from a GGUF this module wrote (F16/F32 tensors)."""
+    """Builds a Transformer from a llama GGUF with F16/F32 tensors (this module's files, or any
+    with the same tensors): the vocabulary size is the length of the file's token list, so a BPE
+    vocabulary loads as well as the character one."""
     meta, tensors = gw.read_gguf(path)
-    g = lambda k: meta["llama." + k]
+    g = lambda k, default=None: meta.get("llama." + k, default)
+    n_heads = g("attention.head_count")
     cfg = Config(n_vocab=len(meta["tokenizer.ggml.tokens"]), dim=g("embedding_length"),
-                 n_layers=g("block_count"), n_heads=g("attention.head_count"),
-                 n_kv_heads=g("attention.head_count_kv"), ffn_dim=g("feed_forward_length"),
-                 norm_eps=g("attention.layer_norm_rms_epsilon"), rope_base=g("rope.freq_base"),
-                 max_seq=g("context_length"))
+                 n_layers=g("block_count"), n_heads=n_heads,
+                 n_kv_heads=g("attention.head_count_kv", n_heads), ffn_dim=g("feed_forward_length"),
+                 norm_eps=g("attention.layer_norm_rms_epsilon", 1e-5), rope_base=g("rope.freq_base", 10000.0),
+                 max_seq=g("context_length", 2048))
+    if tensors["token_embd.weight"][0][1] != cfg.n_vocab:
+        raise ValueError("%s: token_embd has %d rows, the token list %d entries"
+                         % (path, tensors["token_embd.weight"][0][1], cfg.n_vocab))
     model = Transformer(cfg)
     with torch.no_grad():
         for gname, p in _tensor_map(model).items():

@@ -109,6 +109,13 @@ Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeO
       return error(ErrorCode::kInvalidArgument, "--tensor-type '{}': not a regular expression: {}", r.pattern, e.what());
     }
   }
+  for (const auto& [name, type] : opts.assigned_types) {
+    const GgufTensorInfo* t = in.find_tensor(name);
+    if (t == nullptr || !is_quantizable(name, static_cast<int>(t->dims.size()))) {
+      return error(ErrorCode::kInvalidArgument, "a type was assigned to '{}', which is not a quantizable tensor of {}",
+                   name, opts.input);
+    }
+  }
   std::vector<const GgufTensorInfo*> order;
   for (const auto& t : in.tensors()) order.push_back(&t);
   std::stable_sort(order.begin(), order.end(),
@@ -125,6 +132,10 @@ Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeO
           c.type = r.type;
           break;
         }
+      }
+      if (auto it = opts.assigned_types.find(t->name); it != opts.assigned_types.end()) {
+        c.type = it->second;
+        c.fallback = false;
       }
       p.to = c.type;
       p.fallback = c.fallback;
@@ -240,6 +251,10 @@ GgufWriter make_header(const GgufFile& in, const QuantizeOptions& opts, const st
     if (!opts.imatrix->dataset.empty()) put_string("quantize.imatrix.dataset", opts.imatrix->dataset);
     put_i32("quantize.imatrix.entries_count", static_cast<int32_t>(opts.imatrix->entries.size()));
     if (opts.imatrix->chunks > 0) put_i32("quantize.imatrix.chunks_count", opts.imatrix->chunks);
+  }
+  for (const auto& [key, v] : opts.provenance) {
+    w.remove(key);
+    w.set_string(key, v);
   }
   // An input written with H-Scale does not make its output so.
   for (const char* k : {"quantize.nvfp4.scale", "quantize.nvfp4.hscale_radius"}) w.remove(k);

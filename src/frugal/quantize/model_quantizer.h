@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,12 @@ struct QuantizeOptions {
   const Imatrix* imatrix = nullptr;       // read with read_imatrix(); nullptr: none
   std::string imatrix_path;               // recorded in the output's metadata
   std::vector<TensorTypeRule> tensor_types;
+  // Exact tensor name -> type, applied last (over the mix rules and tensor_types): a mixed-precision
+  // allocation such as FAMPWQ's (bit_allocator.h). Every name must be a quantizable tensor.
+  std::map<std::string, DType> assigned_types;
+  // Extra string metadata written to the output (provenance, e.g. quantize.fampwq.*); readers
+  // need none of it.
+  std::vector<std::pair<std::string, std::string>> provenance;
   bool allow_requantize = false;          // accept quantized input tensors (dequantized first)
   Nvfp4Scale nvfp4_scale = Nvfp4Scale::kRtn;  // kHScale needs at least one NVFP4 tensor in the plan
   int hscale_radius = quant::kHScaleDefaultRadius;  // candidates on each side of RTN's code, 0..kHScaleMaxRadius
