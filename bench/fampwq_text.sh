@@ -32,7 +32,7 @@ for B in $budgets; do
       --granularity tensor --imatrix "$D/imatrix.dat" -t "$T" > "$D/$name.alloc" 2>&1 || echo "$name: $(tail -1 "$D/$name.alloc")"
   done
 done
-echo "| file | layer bpw | file bytes | Fisher cost | mean KLD ± se | same top % | PPL(Q) |"
+echo "| file | layer bpw | tensor bytes | Fisher cost | mean KLD ± se | same top % | PPL(Q) |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
 for f in "$D"/*.gguf; do
   n=$(basename "$f" .gguf)
