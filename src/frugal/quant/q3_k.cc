@@ -76,8 +76,8 @@ void quantize_block(const float* x, BlockQ3_K* y) {
 }
 
 // With importance qw: weights qw*sqrt(sigma2 + x^2) in each sub-block's search, and the 6-bit
-// sub-scales fitted by a weighted symmetric search (weights: twice each sub-block's weight sum,
-// accumulated as two passes, as ggml does).
+// sub-scales fitted by a weighted symmetric search whose weights are each sub-block's weight sum
+// (one pass in element order, as ggml sums it: the rounding of these sums decides ties).
 void quantize_block_weighted(const float* x, const float* qw, BlockQ3_K* y) {
   int8_t L[kQK_K];
   float weights[16];
@@ -90,7 +90,6 @@ void quantize_block_weighted(const float* x, const float* qw, BlockQ3_K* y) {
     const float* xb = x + 16 * j;
     for (int l = 0; l < 16; ++l) weights[l] = qw[16 * j + l] * std::sqrt(sigma2 + xb[l] * xb[l]);
     float sumw = 0.f;
-    for (int l = 0; l < 16; ++l) sumw += weights[l];
     for (int l = 0; l < 16; ++l) sumw += weights[l];
     sw[j] = sumw;
     scales[j] = search_symmetric_scale(16, 4, xb, weights, L + 16 * j);
