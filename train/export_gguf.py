@@ -35,7 +35,8 @@ def _bytes(t, ggml_type):
     return t.numpy().tobytes()
 
 
-def export(model, path, name, extra_meta=None):
+def model_writer(model, name, extra_meta=None):
+    """A GgufWriter holding the llama architecture metadata of `model` (no tokenizer, no tensors)."""
     c = model.cfg
     w = gw.GgufWriter()
     w.add("general.architecture", gw.T_STRING, "llama")
@@ -54,6 +55,18 @@ def export(model, path, name, extra_meta=None):
     w.add("llama.rope.dimension_count", gw.T_U32, c.head_dim)
     w.add("llama.rope.freq_base", gw.T_F32, c.rope_base)
     w.add("llama.vocab_size", gw.T_U32, c.n_vocab)
+    return w
+
+
+def add_tensors(w, model):
+    """F16 matrices, F32 norms, in _tensor_map's order."""
+    for gname, p in _tensor_map(model).items():
+        gtype = gw.GGML_F32 if p.dim() == 1 else gw.GGML_F16
+        w.add_tensor(gname, list(reversed(p.shape)), gtype, _bytes(p, gtype))
+
+
+def export(model, path, name, extra_meta=None):
+    w = model_writer(model, name, extra_meta)
     w.add("tokenizer.ggml.model", gw.T_STRING, "llama")
     w.add_array("tokenizer.ggml.tokens", gw.T_STRING, vocab.token_texts())
     w.add_array("tokenizer.ggml.scores", gw.T_F32, vocab.token_scores())
@@ -64,9 +77,7 @@ def export(model, path, name, extra_meta=None):
     w.add("tokenizer.ggml.add_bos_token", gw.T_BOOL, True)
     w.add("tokenizer.ggml.add_eos_token", gw.T_BOOL, False)
     w.add("tokenizer.ggml.add_space_prefix", gw.T_BOOL, False)
-    for gname, p in _tensor_map(model).items():
-        gtype = gw.GGML_F32 if p.dim() == 1 else gw.GGML_F16
-        w.add_tensor(gname, list(reversed(p.shape)), gtype, _bytes(p, gtype))
+    add_tensors(w, model)
     w.write(path)
 
 

@@ -24,23 +24,7 @@ def export(model, path, name, vocab, extra_meta=None):
     c = model.cfg
     if c.n_vocab != len(vocab["tokens"]):
         raise ValueError("model has %d rows, vocabulary %d tokens" % (c.n_vocab, len(vocab["tokens"])))
-    w = gw.GgufWriter()
-    w.add("general.architecture", gw.T_STRING, "llama")
-    w.add("general.name", gw.T_STRING, name)
-    w.add("general.file_type", gw.T_U32, 1)  # mostly F16
-    w.add("general.quantization_version", gw.T_U32, 2)
-    for k, val in (extra_meta or {}).items():
-        w.add(k, gw.T_STRING, str(val))
-    w.add("llama.context_length", gw.T_U32, c.max_seq)
-    w.add("llama.embedding_length", gw.T_U32, c.dim)
-    w.add("llama.block_count", gw.T_U32, c.n_layers)
-    w.add("llama.feed_forward_length", gw.T_U32, c.ffn_dim)
-    w.add("llama.attention.head_count", gw.T_U32, c.n_heads)
-    w.add("llama.attention.head_count_kv", gw.T_U32, c.n_kv_heads)
-    w.add("llama.attention.layer_norm_rms_epsilon", gw.T_F32, c.norm_eps)
-    w.add("llama.rope.dimension_count", gw.T_U32, c.head_dim)
-    w.add("llama.rope.freq_base", gw.T_F32, c.rope_base)
-    w.add("llama.vocab_size", gw.T_U32, c.n_vocab)
+    w = export_gguf.model_writer(model, name, extra_meta)
     w.add("tokenizer.ggml.model", gw.T_STRING, "gpt2")
     w.add("tokenizer.ggml.pre", gw.T_STRING, vocab["pre"])
     w.add_array("tokenizer.ggml.tokens", gw.T_STRING, vocab["tokens"])
@@ -52,7 +36,5 @@ def export(model, path, name, vocab, extra_meta=None):
     w.add("tokenizer.ggml.eos_token_id", gw.T_U32, vocab["eos"])
     w.add("tokenizer.ggml.add_bos_token", gw.T_BOOL, True)
     w.add("tokenizer.ggml.add_eos_token", gw.T_BOOL, False)
-    for gname, p in export_gguf._tensor_map(model).items():
-        gtype = gw.GGML_F32 if p.dim() == 1 else gw.GGML_F16
-        w.add_tensor(gname, list(reversed(p.shape)), gtype, export_gguf._bytes(p, gtype))
+    export_gguf.add_tensors(w, model)
     w.write(path)
