@@ -44,29 +44,5 @@ for f in "$D"/*.gguf; do
   case $n in fisher) continue ;; esac
   $F perplexity -m "$f" --kl-divergence-base "$D/base.kld" --kl-divergence -t "$T" > "$D/$n.kld" 2>&1
   $F eval -m "$f" --lengths 1024 -n "$N" -t "$T" --no-ref -q --out "$D/$n.eval.json" > /dev/null 2>&1
-  python3 - "$f" "$D/$n" <<'PY'
-import json, math, re, subprocess, sys
-f, stem = sys.argv[1], sys.argv[2]
-bpw = subprocess.run(["python3", "bench/layer_bpw.py", f], capture_output=True, text=True).stdout.split()
-kld = open(stem + ".kld").read()
-g = lambda pat: re.search(pat, kld).groups()
-k, kse = g(r"Mean +KLD: +([0-9.e-]+) ± +([0-9.e-]+)")
-top, topse = g(r"Same top p: +([0-9.]+) ± +([0-9.]+)")
-ppl, pplse = g(r"Mean PPL\(Q\) +: +([0-9.]+) ± +([0-9.]+)")
-cost = "-"
-try:
-    m = re.search(r"total cost ([0-9.e+-]+)", open(stem + ".alloc").read())
-    cost = m.group(1) if m else "-"
-except OSError:
-    pass
-ex = [e for r in json.load(open(stem + ".eval.json")) for e in r["examples"]]
-n, c = len(ex), sum(e["correct"] for e in ex)
-p, z = c / n, 1.96
-den = 1 + z * z / n
-mid = (p + z * z / (2 * n)) / den
-half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-print("| %s | %s | %s | %s | %s ± %s | %s ± %s | %.0f ± %.0f | %.1f [%.1f, %.1f] (n=%d) |" % (
-    stem.split("/")[-1], bpw[1], bpw[3], cost, k, kse, top, topse, float(ppl), float(pplse),
-    100 * p, 100 * (mid - half), 100 * (mid + half), n))
-PY
+  python3 bench/fampwq_row.py "$f" "$D/$n" --accuracy
 done

@@ -38,22 +38,5 @@ for f in "$D"/*.gguf; do
   n=$(basename "$f" .gguf)
   case $n in fisher) continue ;; esac
   $F perplexity -m "$f" --kl-divergence-base "$D/base.kld" --kl-divergence -t "$T" > "$D/$n.kld" 2>&1
-  python3 - "$f" "$D/$n" <<'PY'
-import re, subprocess, sys
-f, stem = sys.argv[1], sys.argv[2]
-bpw = subprocess.run(["python3", "bench/layer_bpw.py", f], capture_output=True, text=True).stdout.split()
-kld = open(stem + ".kld").read()
-g = lambda pat: re.search(pat, kld).groups()
-k, kse = g(r"Mean +KLD: +([0-9.e-]+) ± +([0-9.e-]+)")
-top, topse = g(r"Same top p: +([0-9.]+) ± +([0-9.]+)")
-ppl, pplse = g(r"Mean PPL\(Q\) +: +([0-9.]+) ± +([0-9.]+)")
-cost = "-"
-try:
-    m = re.search(r"total cost ([0-9.e+-]+)", open(stem + ".alloc").read())
-    cost = m.group(1) if m else "-"
-except OSError:
-    pass
-print("| %s | %s | %s | %s | %s ± %s | %s ± %s | %s ± %s |" % (
-    stem.split("/")[-1], bpw[1], bpw[3], cost, k, kse, top, topse, ppl, pplse))
-PY
+  python3 bench/fampwq_row.py "$f" "$D/$n"
 done
