@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <random>
 #include <thread>
@@ -84,6 +85,9 @@ class SpeculativeEngine : public ::testing::Test {
     o.n_parallel = parallel;
     o.n_ctx = 1024;
     o.max_waiting = 1000;
+    // Every request is submitted up front and waits for one of the slots; under a sanitizer on a
+    // loaded machine the last ones wait minutes. The queue's timeout is not what these tests check.
+    o.queue_timeout_s = std::numeric_limits<double>::infinity();
     o.telemetry_period_s = 0;
     o.spec.method = m;
     o.spec.draft_model = draft_;
@@ -168,7 +172,8 @@ void SpeculativeEngine::expect_greedy_identity(Method method, const std::string&
   for (size_t i = 0; i < spec.size(); ++i) {
     const Output s = collect(*spec[i]);
     const Output p = collect(*plain[i]);
-    ASSERT_EQ(s.fin.reason, p.fin.reason) << "prompt " << i;
+    ASSERT_EQ(s.fin.reason, p.fin.reason) << "prompt " << i << ": " << s.fin.error.message() << " / "
+                                          << p.fin.error.message();
     ASSERT_EQ(s.tokens, p.tokens) << "prompt " << i;
     EXPECT_EQ(s.fin.speculative.method, speculative::method_name(method));
     EXPECT_EQ(p.fin.speculative.passes, 0) << "the opted-out request speculated";
@@ -771,6 +776,7 @@ class SpeculativeSampling : public ::testing::Test {
     o.n_parallel = 16;
     o.n_ctx = 512;
     o.max_waiting = n + 1;
+    o.queue_timeout_s = std::numeric_limits<double>::infinity();  // all n wait up front
     o.telemetry_period_s = 0;
     o.spec.method = m;
     o.spec.draft_model = draft_;
