@@ -23,6 +23,12 @@
 #   --kv-depths LIST    contexts for that table (default 1024,4096,16384)
 #   --kv-gen N          decode steps per measurement there (default 32)
 #   --no-rss            skip the peak-memory runs
+#   --simd NAME         run both engines on a smaller SIMD level of this CPU, to measure what a CPU
+#                       of that level would do: AVX2 (no AVX-512), AVX3 (AVX-512) or SSE4. frugal
+#                       gets FRUGAL_SIMD=NAME; llama.cpp must be a GGML_BACKEND_DL build with every
+#                       CPU variant (GGML_CPU_ALL_VARIANTS), of which only the matching one is kept
+#                       (haswell, skylakex, sandybridge) in a folder of links. Memory bandwidth and
+#                       cache sizes stay this machine's.
 #   --max-load L        before each model, wait until the 1-minute load average is below L
 #   --max-wait S        ... but for at most S seconds (default 1800), then measure anyway
 #   --append FILE       also append the table to FILE
@@ -51,6 +57,7 @@ kv_gen=32
 do_rss=1
 append=""
 work=""
+simd=""
 max_load=""
 max_wait=1800
 prompt="Once upon a time"
@@ -74,6 +81,7 @@ while [[ $# -gt 0 ]]; do
     --kv-depths) need_arg "$@"; kv_depths="$2"; shift 2 ;;
     --kv-gen) need_arg "$@"; kv_gen="$2"; shift 2 ;;
     --no-rss) do_rss=0; shift ;;
+    --simd) need_arg "$@"; simd="$2"; shift 2 ;;
     --max-load) need_arg "$@"; max_load="$2"; shift 2 ;;
     --max-wait) need_arg "$@"; max_wait="$2"; shift 2 ;;
     --append) need_arg "$@"; append="$2"; shift 2 ;;
@@ -99,6 +107,34 @@ if [[ -n "$llamacpp_bin" ]]; then
   fi
 else
   echo "cpu_vs_llamacpp: LLAMACPP_BIN / --llamacpp-bin not set: measuring frugal only" >&2
+fi
+if [[ -n "$simd" ]]; then
+  case "${simd^^}" in
+    AVX2) variant=haswell ;;
+    AVX3) variant=skylakex ;;
+    SSE4) variant=sandybridge ;;
+    *) die "--simd must be AVX2, AVX3 or SSE4, got '$simd'" ;;
+  esac
+  export FRUGAL_SIMD="${simd^^}"
+  "$frugal" --version >/dev/null || die "frugal refused FRUGAL_SIMD=$FRUGAL_SIMD (see above)"
+  if [[ $have_llama == 1 ]]; then
+    [[ -e "$llamacpp_bin/libggml-cpu-$variant.so" ]] ||
+      die "--simd needs a llama.cpp built with GGML_BACKEND_DL and GGML_CPU_ALL_VARIANTS (no libggml-cpu-$variant.so in $llamacpp_bin)"
+    # llama.cpp loads the best CPU variant found beside its binary (the real path of
+    # /proc/self/exe): offer it only the one asked for, with copies of the programs.
+    simd_bin="$(mktemp -d "${TMPDIR:-/tmp}/llamacpp-$variant.XXXXXX")"
+    for f in "$llamacpp_bin"/*; do
+      name="$(basename "$f")"
+      case "$name" in
+        libggml-cpu-*.so) [[ "$name" == "libggml-cpu-$variant.so" ]] && ln -s "$(readlink -f "$f")" "$simd_bin/$name" ;;
+        *.so*) ln -s "$(readlink -f "$f")" "$simd_bin/$name" ;;
+        llama-bench|llama-cli) cp "$f" "$simd_bin/$name" ;;
+      esac
+    done
+    llamacpp_bin="$simd_bin"
+    export LD_LIBRARY_PATH="$simd_bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  echo "cpu_vs_llamacpp: SIMD level $FRUGAL_SIMD (llama.cpp variant $variant)" >&2
 fi
 have_cli=0
 [[ $have_llama == 1 && -x "$llamacpp_bin/llama-cli" ]] && have_cli=1

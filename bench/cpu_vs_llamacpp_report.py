@@ -214,6 +214,11 @@ def main():
         f"load = 1-minute load average when the model's measurements began; "
         f"load average (1, 5, 15 min) before {a.load_before}, after {a.load_after}."
     )
+    targets = sorted({(load_json(p) or {}).get("cpu", {}).get("simd_target") or "?"
+                      for p in glob.glob(os.path.join(a.work, "*.frugal.*.json"))
+                      if isinstance(load_json(p), dict)})
+    if targets:
+        rows[-1] += f" frugal's SIMD target: {', '.join(targets)}."
     kv = kv_table(a.work)
     if kv:
         rows += ["", "Quantized KV cache (frugal): decode tok/s at each context, keep-everything cache filled with "

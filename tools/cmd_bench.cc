@@ -22,6 +22,7 @@
 
 #include "frugal/engine/timings_json.h"
 #include "frugal/engine/work.h"
+#include "frugal/quant/type_traits.h"
 #include "frugal/telemetry/telemetry.h"
 
 #include "command.h"
@@ -394,9 +395,9 @@ int bench(const BenchArgs& a) {
     return bytes * steps_per_s / bandwidth;
   };
   if (!a.json && bandwidth > 0) {
-    std::printf("memory read bandwidth: %.2f GB/s (%d threads); weight bytes per token: %.1f MiB (%.1f MiB repacked "
-                "in place at load)\n",
-                bandwidth / 1e9, bw_threads, step_read_bytes(**model, 0) / (1024.0 * 1024.0),
+    std::printf("memory read bandwidth: %.2f GB/s (%d threads); SIMD target %s; weight bytes per token: %.1f MiB "
+                "(%.1f MiB repacked in place at load)\n",
+                bandwidth / 1e9, bw_threads, simd_target_name(), step_read_bytes(**model, 0) / (1024.0 * 1024.0),
                 static_cast<double>((*model)->weights().repacked_bytes) / (1024.0 * 1024.0));
     for (const auto& t : tests) {
       if (t.n_gen > 0) {
@@ -439,7 +440,7 @@ int bench(const BenchArgs& a) {
     j["peak_rss_bytes"] = peak_rss;
     j["weight_bytes_per_token"] = step_read_bytes(**model, 0);
     if (bandwidth > 0) {
-      j["cpu"] = {{"read_bytes_per_s", bandwidth}, {"threads", bw_threads}};
+      j["cpu"] = {{"read_bytes_per_s", bandwidth}, {"threads", bw_threads}, {"simd_target", simd_target_name()}};
     }
     const GpuStatus gpu = gpu_status();
     if (be->name() == "cuda" && gpu.present) {

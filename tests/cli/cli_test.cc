@@ -244,5 +244,32 @@ TEST_F(CliBadInput, OcgWithHScaleAndW4A4Runs) {
   EXPECT_GT(w4a4, w4a16);
 }
 
+
+// FRUGAL_SIMD names the SIMD target every kernel runs on. An unknown name is refused with the list
+// of targets this CPU runs; each listed name then runs, and `bench --json` reports it as the target.
+TEST(CliSimdOverride, UnknownTargetIsRefusedAndAListedOneRuns) {
+  setenv("FRUGAL_SIMD", "NOT_A_TARGET", 1);
+  const CmdResult bad = run_frugal("--version");
+  unsetenv("FRUGAL_SIMD");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_FALSE(bad.signaled);
+  const std::string marker = "(it runs: ";
+  const size_t at = bad.err.find(marker);
+  ASSERT_NE(at, std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("FRUGAL_SIMD=NOT_A_TARGET"), std::string::npos) << bad.err;
+  const size_t end = bad.err.find(')', at);
+  ASSERT_NE(end, std::string::npos);
+  const std::string list = bad.err.substr(at + marker.size(), end - at - marker.size());
+  // The last one listed is the most portable target (the list is best first).
+  const std::string last = list.substr(list.rfind(' ') == std::string::npos ? 0 : list.rfind(' ') + 1);
+  ASSERT_FALSE(last.empty());
+  TinyModelDir tiny("frugal_cli_simd_");
+  setenv("FRUGAL_SIMD", last.c_str(), 1);
+  const CmdResult ok = run_frugal("bench -m " + tiny.model + " -p 8 -n 2 -r 1 --json");
+  unsetenv("FRUGAL_SIMD");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("\"simd_target\": \"" + last + "\""), std::string::npos) << ok.out.substr(0, 2000);
+}
+
 }  // namespace
 }  // namespace frugal
