@@ -9,8 +9,9 @@
 #                  .cpuhost/ (git-ignored; about 30 MB).
 # There:         bench/cpu_on_gpu_host.sh smoke            (a few seconds: both engines start)
 #                bench/cpu_on_gpu_host.sh table [ARGS...]  (ARGS go to cpu_vs_llamacpp.sh; default
-#                  -t = all cores). Writes $OUT/cpuhost.log and $OUT/cpuhost.tgz (raw outputs,
-#                  rewritten after the run or when it is killed).
+#                  -t = all cores). Writes $OUT/cpuhost.log and $OUT/cpuhost.tgz (raw outputs).
+#                  BUDGET=S stops the table after S seconds and still packs what it measured;
+#                  bench/cpu_vs_llamacpp_report.py RAW_DIR rebuilds the table from the raw outputs.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PACK=$ROOT/.cpuhost
@@ -45,6 +46,7 @@ rm -rf "$WORK" && mkdir -p "$WORK" "$RESULT"
 exec > >(tee "$RESULT/cpuhost.log") 2>&1
 pack() { cp "$RESULT/cpuhost.log" "$WORK/" 2>/dev/null; tar czf "$RESULT/cpuhost.tgz" -C "$WORK" . 2>/dev/null; }
 trap pack EXIT
+trap 'exit 143' TERM
 export LD_LIBRARY_PATH="$PACK/lib:$PACK/llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$PACK/bin/frugal" --version >/dev/null 2>&1 || export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PACK/lib/cxx"
 ulimit -c 0
@@ -63,7 +65,7 @@ case "${1:-}" in
     ;;
   table)
     shift
-    GNU_TIME="$PACK/bin/time" bash "$ROOT/bench/cpu_vs_llamacpp.sh" --llamacpp-bin "$PACK/llama" \
+    GNU_TIME="$PACK/bin/time" timeout "${BUDGET:-86400}" bash "$ROOT/bench/cpu_vs_llamacpp.sh" --llamacpp-bin "$PACK/llama" \
       --frugal "$PACK/bin/frugal" --models-dir "$WORK/models" --work "$WORK/raw" -t "$cores" "$@" \
       >"$RESULT/table.md"
     rm -rf "$WORK/models"
