@@ -44,7 +44,7 @@ RESULT=${OUT:-$ROOT/cpuhost-out}
 WORK=${TMPDIR:-/tmp}/cpuhost-work
 rm -rf "$WORK" && mkdir -p "$WORK" "$RESULT"
 exec > >(tee "$RESULT/cpuhost.log") 2>&1
-pack() { cp "$RESULT/cpuhost.log" "$WORK/" 2>/dev/null; tar czf "$RESULT/cpuhost.tgz" -C "$WORK" . 2>/dev/null; }
+pack() { cp "$RESULT/cpuhost.log" "$WORK/" 2>/dev/null; tar czf "$RESULT/cpuhost.tgz" --exclude=./models -C "$WORK" . 2>/dev/null; }
 trap pack EXIT
 trap 'exit 143' TERM
 export LD_LIBRARY_PATH="$PACK/lib:$PACK/llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
