@@ -188,6 +188,7 @@ int run(const RunArgs& a) {
                                          {"draft_ms", res->speculative.draft_ms},
                                          {"skip_set", res->speculative.skip_set},
                                          {"search_ms", res->speculative.search_ms},
+                                         {"pool", res->speculative.pool},
                                          {"acceptance_rate", res->speculative.acceptance_rate()},
                                          {"tokens_per_pass", res->speculative.tokens_per_pass()}}},
                         {"weights", {{"bytes", lm->model->weights().bytes},

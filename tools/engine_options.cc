@@ -39,7 +39,8 @@ constexpr FlagRow kFlags[] = {
     {"spec", "--spec", "TEXT",
      "speculative decoding: none, draft (a draft model, --draft), ngram (prompt lookup), layerskip (the model with "
      "--spec-skip layers skipped), swift (the model with sublayers skipped, the set searched online) or conflayers "
-     "(the model exiting early at a confidence-chosen layer)",
+     "(the model exiting early at a confidence-chosen layer) or memspec (a pool of drafts under --draft-memory, "
+     "--spec-drafts)",
      "none"},
     {"spec-k", "--spec-k", "INT", "most draft tokens per verify pass (the draft model adapts below it)", "6"},
     {"spec-skip", "--spec-skip", "INT",
@@ -60,11 +61,19 @@ constexpr FlagRow kFlags[] = {
      "swift, conflayers: freeze the skip set, one letter per layer: - runs, a attention skipped, m MLP skipped, x both "
      "(e.g. --spec-skip-set=-xa-m-)",
      nullptr},
-    {"spec-seed", "--spec-seed", "UINT", "swift: seed of the skip-set search's random candidates", "0"},
+    {"spec-seed", "--spec-seed", "UINT", "swift: seed of the skip-set search's random candidates (memspec: of its "
+     "exploration)", "0"},
+    {"spec-drafts", "--spec-drafts", "TEXT",
+     "memspec: the pool of drafts, comma-separated: ngram and draft model GGUF files (e.g. ngram,a.gguf,b.gguf)",
+     nullptr},
+    {"spec-selector", "--spec-selector", "TEXT",
+     "memspec: predict (acceptance predicted per sequence, drafts loaded ahead) or bandit (UCB1, loading on demand)",
+     "predict"},
     {"spec-search-every", "--spec-search-every", "INT", "swift, conflayers: drafting calls between search steps", "8"},
     {"draft", "--draft", "TEXT", "draft model GGUF with the target's vocabulary (implies --spec draft)", nullptr},
     {"draft-memory", "--draft-memory", "TEXT",
-     "memory budget of the draft model, weights + its KV cache, e.g. 64MiB (default: smaller than the target)",
+     "memory budget of the draft model, weights + its KV cache, e.g. 64MiB (default: smaller than the target; "
+     "memspec: of all its resident drafts, default the largest one's)",
      nullptr},
 };
 

@@ -1033,6 +1033,7 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   f.speculative = r.spec;
   if (r.draft_len && drafter_) {
     f.speculative.skip_set = drafter_->skip_set();
+    f.speculative.pool = drafter_->pool_report();
     f.speculative.search_ms = drafter_->search_ms() - r.search_ms_at_admission;
   }
   RequestTimings& t = f.timings;

@@ -228,6 +228,24 @@ Status set_generate_option(GenerateOptions& o, const std::string& name, const st
     o.spec.skip_set = value;
     return ok_status();
   }
+  if (name == "spec-drafts") {
+    o.spec.draft_pool.clear();
+    size_t from = 0;
+    while (from <= value.size()) {
+      const size_t comma = std::min(value.find(',', from), value.size());
+      const std::string item = value.substr(from, comma - from);
+      if (item.empty()) return error(ErrorCode::kInvalidArgument, "{}: empty entry in '{}'", label, value);
+      o.spec.draft_pool.push_back(item);
+      from = comma + 1;
+    }
+    return ok_status();
+  }
+  if (name == "spec-selector") {
+    auto sel = speculative::parse_draft_selector(value);
+    if (!sel.ok()) return sel.status().with_context(label);
+    o.spec.selector = *sel;
+    return ok_status();
+  }
   if (name == "spec-seed") {
     FRUGAL_ASSIGN_OR_RETURN(o.spec.search_seed, parse_u64(label, value));
     return ok_status();

@@ -79,6 +79,8 @@ struct SpeculativeStats {
   // its online search took, shared alike by the sequences of the steps it ran in.
   std::string skip_set;
   double search_ms = 0;
+  // memspec: the pool's state when the request ended (each draft's passes, kept tokens, loads).
+  std::string pool;
   double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0; }
   double tokens_per_pass() const { return passes > 0 ? static_cast<double>(emitted) / passes : 0.0; }
 };

@@ -3,6 +3,7 @@
 #include "frugal/decode/speculative/conf_layers.h"
 #include "frugal/decode/speculative/draft_model.h"
 #include "frugal/decode/speculative/layer_skip.h"
+#include "frugal/decode/speculative/memspec.h"
 #include "frugal/decode/speculative/ngram.h"
 #include "frugal/decode/speculative/swift.h"
 
@@ -16,6 +17,7 @@ const char* method_name(Method m) {
     case Method::kLayerSkip: return "layerskip";
     case Method::kSwift: return "swift";
     case Method::kConfLayers: return "conflayers";
+    case Method::kMemSpec: return "memspec";
   }
   return "none";
 }
@@ -27,8 +29,9 @@ Result<Method> parse_method(const std::string& name) {
   if (name == "layerskip") return Method::kLayerSkip;
   if (name == "swift") return Method::kSwift;
   if (name == "conflayers") return Method::kConfLayers;
+  if (name == "memspec") return Method::kMemSpec;
   return error(ErrorCode::kInvalidArgument,
-               "speculative method '{}' is not none, draft, ngram, layerskip, swift or conflayers", name);
+               "speculative method '{}' is not none, draft, ngram, layerskip, swift, conflayers or memspec", name);
 }
 
 Status validate(const SpeculativeOptions& o) {
@@ -38,6 +41,20 @@ Status validate(const SpeculativeOptions& o) {
   if (o.candidates < 1 || o.candidates > kMaxCandidates) {
     return error(ErrorCode::kInvalidArgument, "speculative: spec-candidates = {} must be in [1, {}]", o.candidates,
                  kMaxCandidates);
+  }
+  if (o.candidates > 1 && o.method == Method::kMemSpec) {
+    return error(ErrorCode::kInvalidArgument,
+                 "speculative: spec-candidates = {} with memspec: its pool mixes drafts proposed with certainty (ngram) "
+                 "and sampled ones; it verifies one draft per pass",
+                 o.candidates);
+  }
+  if (o.method == Method::kMemSpec && o.draft_pool.size() < 2) {
+    return error(ErrorCode::kInvalidArgument,
+                 "speculative: --spec memspec needs a pool of at least two drafts (--spec-drafts ngram,a.gguf,...)");
+  }
+  if (o.method != Method::kMemSpec && !o.draft_pool.empty()) {
+    return error(ErrorCode::kInvalidArgument, "speculative: --spec-drafts is the pool of --spec memspec, not of {}",
+                 method_name(o.method));
   }
   if (o.candidates > 1 && o.method == Method::kNgram) {
     return error(ErrorCode::kInvalidArgument,
@@ -93,6 +110,10 @@ Result<std::unique_ptr<Drafter>> make_drafter(const SpeculativeOptions& o, const
     case Method::kConfLayers: {
       if (ctx.target == nullptr) return error(ErrorCode::kInvalidArgument, "speculative: no target model given");
       FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<ConfLayersDrafter> d, ConfLayersDrafter::create(*ctx.target, o, ctx));
+      return std::unique_ptr<Drafter>(std::move(d));
+    }
+    case Method::kMemSpec: {
+      FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<MemSpecDrafter> d, MemSpecDrafter::create(o, ctx));
       return std::unique_ptr<Drafter>(std::move(d));
     }
     case Method::kDraft: {

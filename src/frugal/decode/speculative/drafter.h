@@ -32,8 +32,17 @@ enum class Method : int {
   kLayerSkip = 3,  // the target with layers skipped (layer_skip.h)
   kSwift = 4,      // the target with sublayers skipped, the set searched online (swift.h)
   kConfLayers = 5,  // the target exiting early at a confidence-chosen layer (conf_layers.h)
+  kMemSpec = 6,     // a pool of drafts under a memory budget, chosen per sequence (memspec.h)
 };
-const char* method_name(Method m);  // "none", "draft", "ngram", "layerskip", "swift", "conflayers"
+const char* method_name(Method m);  // "none", "draft", "ngram", "layerskip", "swift", "conflayers", "memspec"
+
+// How the memspec drafter picks among its pool (memspec.h).
+enum class DraftSelector : int {
+  kPredict = 0,  // predicted acceptance per sequence, proactive residency (MemSpec)
+  kBandit = 1,   // UCB1 over the drafts, loading its pick on demand (the baseline)
+};
+const char* draft_selector_name(DraftSelector s);  // "predict", "bandit"
+Result<DraftSelector> parse_draft_selector(const std::string& name);
 Result<Method> parse_method(const std::string& name);
 
 struct SpeculativeOptions {
@@ -56,8 +65,12 @@ struct SpeculativeOptions {
   // --spec-skip-set: the skip set frozen at this value (skip_set.h's text form), no search: the
   // audit's replay of what a search found.
   std::string skip_set;
-  uint64_t search_seed = 0;      // --spec-seed: the search's random candidates
+  uint64_t search_seed = 0;      // --spec-seed: the search's random candidates (memspec: its exploration)
   int32_t search_every = 8;      // --spec-search-every: drafting calls between search steps
+  // memspec: --spec-drafts, the pool ("ngram" or draft model paths), held within draft_memory bytes
+  // of draft weights + KV caches (0: the largest draft's own footprint), and --spec-selector.
+  std::vector<std::string> draft_pool;
+  DraftSelector selector = DraftSelector::kPredict;
 };
 inline constexpr int32_t kMaxCandidates = 8;
 // kInvalidArgument naming the field (k outside [1, 32], candidates outside [1, kMaxCandidates] or
@@ -101,6 +114,8 @@ class Drafter {
   // and the milliseconds its online search has taken so far.
   virtual std::string skip_set() const { return {}; }
   virtual double search_ms() const { return 0; }
+  // A pool of drafts (memspec): each draft's passes, acceptance, loads and residency, one line.
+  virtual std::string pool_report() const { return {}; }
 };
 
 // What a drafter is built for: the target, the backend that runs both, and the engine's sequence
