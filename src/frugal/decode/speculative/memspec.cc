@@ -22,7 +22,8 @@ constexpr int64_t kRescheduleEvery = 16;  // calls between residency decisions
 // Steps a residency decision is expected to hold: the gain it predicts is counted over this many
 // steps against the time its loads take.
 constexpr double kHorizonSteps = 64;
-constexpr double kExplore = 0.05;       // share of choices that try another resident draft
+constexpr double kExplore = 0.03;       // share of choices that try another resident option
+constexpr int64_t kPlainProbe = 4;      // first calls decoded plainly: a plain step's time is measured
 constexpr double kPriorAccepted = 0.5;  // accepted fraction assumed for a draft before any pass
 // Draft tokens of a sequence's own record with a draft that weigh as much as the global fit.
 constexpr double kSequenceWeight = 4.0;
@@ -76,6 +77,24 @@ double AcceptanceFit::predict(const DraftFeatures& f) const {
   return std::clamp(w[0] + w[1] * f.lookup + w[2] * f.lookup_hit, 0.0, 1.0);
 }
 
+void StepTimeFit::add(double k, double ms) {
+  s0_ = kForget * s0_ + 1.0;
+  sk_ = kForget * sk_ + k;
+  skk_ = kForget * skk_ + k * k;
+  sy_ = kForget * sy_ + ms;
+  sky_ = kForget * sky_ + k * ms;
+  ++n_;
+}
+
+double StepTimeFit::predict(double k, double prior_slope) const {
+  if (s0_ == 0) return 0;
+  const double mean_k = sk_ / s0_, mean_y = sy_ / s0_;
+  const double var_k = skk_ / s0_ - mean_k * mean_k;
+  // One draft length seen so far (or nearly): its mean time, the prior slope for the others.
+  const double slope = var_k > 0.25 ? (sky_ / s0_ - mean_k * mean_y) / var_k : prior_slope;
+  return std::max(1e-3, mean_y + slope * (k - mean_k));
+}
+
 struct MemSpecDrafter::Member {
   explicit Member(double prior) : fit(prior) {}
   bool is_model() const { return !path.empty(); }
@@ -89,6 +108,7 @@ struct MemSpecDrafter::Member {
   std::unique_ptr<Model> model;
   std::unique_ptr<Drafter> drafter;
   AcceptanceFit fit;
+  StepTimeFit step_time;       // draft + verify of a step that drafted with this member
   int64_t passes = 0, drafted = 0, accepted = 0, loads = 0;
   double load_ms = 0;
   double reward_sum = 0;       // bandit: observed speed, normalised to (0, 1]
@@ -105,6 +125,7 @@ struct MemSpecDrafter::SlotState {
   TokenId lookup_guess = -1;   // the n-gram lookup's next token at the last call (-1: none)
   double hit_num = 0, hit_den = 0;
   std::vector<double> kept, seen;  // per member: decayed kept / drafted tokens on this sequence
+  std::vector<uint8_t> synced;     // per member: it has drafted for this sequence (its KV caught up)
 };
 
 MemSpecDrafter::MemSpecDrafter(const SpeculativeOptions& o, const DrafterContext& ctx)
@@ -178,6 +199,7 @@ Result<std::unique_ptr<MemSpecDrafter>> MemSpecDrafter::create(const Speculative
   for (auto& s : d->slots_) {
     s.kept.assign(d->members_.size(), 0.0);
     s.seen.assign(d->members_.size(), 0.0);
+    s.synced.assign(d->members_.size(), 0);
   }
   return d;
 }
@@ -219,19 +241,30 @@ double MemSpecDrafter::cost_ratio() const {
   return c;
 }
 
-double MemSpecDrafter::predicted_speed(size_t member, const SlotState& s, int32_t k) const {
+double MemSpecDrafter::plain_ms() const {
+  if (plain_time_.known()) return plain_time_.predict(0, 0);
+  return step_ms_ > 0 ? step_ms_ : 1.0;
+}
+
+double MemSpecDrafter::predicted_rate(size_t member, const SlotState& s, int32_t k) const {
+  const double plain = plain_ms();
+  if (member == members_.size()) return 1.0 / plain;
   const Member& m = *members_[member];
   // The n-gram lookup proposes nothing when the last tokens do not recur: a plain step.
-  if (!m.is_model() && s.features.lookup == 0) return 1.0;
+  if (!m.is_model() && s.features.lookup == 0) return 1.0 / plain;
   double p = m.fit.predict(s.features);
   // The sequence's own record with this draft outweighs the global fit as it grows.
   if (member < s.seen.size() && s.seen[member] > 0) {
     p = (p * kSequenceWeight + s.kept[member]) / (kSequenceWeight + s.seen[member]);
   }
-  return (1.0 + p * k) / (1.0 + k * m.cost);
+  // Until its steps are measured, a draft token costs its share of the target's bytes of a plain
+  // step, and a verify pass costs a plain step.
+  const double prior_slope = plain * m.cost;
+  const double ms = m.step_time.known() ? m.step_time.predict(k, prior_slope) : plain + k * prior_slope;
+  return (1.0 + p * k) / ms;
 }
 
-void MemSpecDrafter::observe(SlotState& s, std::span<const TokenId> tokens) {
+int64_t MemSpecDrafter::observe(SlotState& s, std::span<const TokenId> tokens) {
   const bool continues = s.base > 0 && tokens.size() > s.base && tokens[s.base - 1] == s.last;
   if (!continues) {
     // A new sequence in this slot (or the first call): nothing to read back.
@@ -242,12 +275,14 @@ void MemSpecDrafter::observe(SlotState& s, std::span<const TokenId> tokens) {
     s.hit_num = s.hit_den = 0;
     std::fill(s.kept.begin(), s.kept.end(), 0.0);
     std::fill(s.seen.begin(), s.seen.end(), 0.0);
-    return;
+    std::fill(s.synced.begin(), s.synced.end(), 0);
+    return -1;
   }
   if (s.lookup_guess >= 0) {
     s.hit_num = kDecay * s.hit_num + (tokens[s.base] == s.lookup_guess ? 1.0 : 0.0);
     s.hit_den = kDecay * s.hit_den + 1.0;
   }
+  int64_t result = 0;
   if (s.member >= 0 && !s.proposed.empty()) {
     Member& m = *members_[static_cast<size_t>(s.member)];
     // The tokens after the proposal point are the kept draft tokens, then the target's own.
@@ -262,13 +297,11 @@ void MemSpecDrafter::observe(SlotState& s, std::span<const TokenId> tokens) {
     const size_t j = static_cast<size_t>(s.member);
     s.kept[j] = kDecay * s.kept[j] + static_cast<double>(kept);
     s.seen[j] = kDecay * s.seen[j] + drafted;
-    // The bandit's reward: tokens per unit of target work, over the most a pass could give.
-    m.reward_sum += (1.0 + static_cast<double>(kept)) / (1.0 + drafted * m.cost) / (1.0 + drafted);
-    m.pulls += 1;
-    bandit_pulls_ += 1;
+    result = static_cast<int64_t>(kept);
   }
   s.member = -1;
   s.proposed.clear();
+  return result;
 }
 
 Status MemSpecDrafter::reschedule(std::span<const DraftSequence> seqs) {
@@ -281,14 +314,14 @@ Status MemSpecDrafter::reschedule(std::span<const DraftSequence> seqs) {
     double v = 0;
     for (const DraftSequence& q : seqs) {
       const SlotState& s = slots_[static_cast<size_t>(q.slot)];
-      double best = 1.0;  // a plain step
+      double best = predicted_rate(members_.size(), s, q.max_tokens);  // a plain step
       for (size_t i = 0; i < members_.size(); ++i) {
         const Member& m = *members_[i];
         if (m.is_model()) {
           const size_t bit = static_cast<size_t>(std::find(models.begin(), models.end(), i) - models.begin());
           if (!(mask >> bit & 1u)) continue;
         }
-        best = std::max(best, predicted_speed(i, s, q.max_tokens));
+        best = std::max(best, predicted_rate(i, s, q.max_tokens));
       }
       v += best;
     }
@@ -323,7 +356,7 @@ Status MemSpecDrafter::reschedule(std::span<const DraftSequence> seqs) {
     const Member& m = *members_[models[b]];
     if ((best_mask >> b & 1u) && !(current >> b & 1u)) load_ms += m.loads > 0 ? m.load_ms / m.loads : m.probe_load_ms;
   }
-  const double saved_ms = kHorizonSteps * step_ms_ * (1.0 - now_value / best_value);
+  const double saved_ms = kHorizonSteps * plain_ms() * (1.0 - now_value / best_value);
   if (load_ms > 0 && saved_ms <= load_ms) return ok_status();
   for (size_t b = 0; b < models.size(); ++b) {
     if (!(best_mask >> b & 1u) && (current >> b & 1u)) unload(*members_[models[b]]);
@@ -335,12 +368,14 @@ Status MemSpecDrafter::reschedule(std::span<const DraftSequence> seqs) {
 }
 
 size_t MemSpecDrafter::bandit_pick() const {
+  // Every arm once (plain first), then UCB1.
+  if (plain_pulls_ == 0) return members_.size();
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i]->pulls == 0) return i;
   }
-  size_t best = 0;
-  double best_score = -1;
   const double log_n = std::log(static_cast<double>(std::max<int64_t>(bandit_pulls_, 1)));
+  size_t best = members_.size();
+  double best_score = plain_reward_sum_ / plain_pulls_ + std::sqrt(2.0 * log_n / plain_pulls_);
   for (size_t i = 0; i < members_.size(); ++i) {
     const Member& m = *members_[i];
     const double score = m.reward_sum / m.pulls + std::sqrt(2.0 * log_n / m.pulls);
@@ -353,6 +388,7 @@ size_t MemSpecDrafter::bandit_pick() const {
 }
 
 Status MemSpecDrafter::ensure_resident(size_t member) {
+  if (member == members_.size()) return ok_status();  // plain decoding needs nothing loaded
   Member& m = *members_[member];
   if (m.resident()) return ok_status();
   // Evict the least recently used drafts until it fits.
@@ -374,62 +410,89 @@ Status MemSpecDrafter::propose(std::span<const DraftSequence> seqs, std::span<Dr
     return error(ErrorCode::kInvalidArgument, "memspec: {} outputs for {} sequences", out.size(), seqs.size());
   }
   const auto now = std::chrono::steady_clock::now();
-  if (calls_ > 0) {
-    const double dt = std::chrono::duration<double, std::milli>(now - last_call_).count();
-    step_ms_ = step_ms_ == 0 ? dt : 0.9 * step_ms_ + 0.1 * dt;
-  }
+  const double interval = calls_ > 0 ? std::chrono::duration<double, std::milli>(now - last_call_).count() : 0;
+  if (calls_ > 0) step_ms_ = step_ms_ == 0 ? interval : 0.9 * step_ms_ + 0.1 * interval;
   last_call_ = now;
   calls_ += 1;
+  // Read back the previous step: each sequence's kept tokens, then the step's time and rate for
+  // the option it took, when every sequence of it continues here and all took the same option.
+  size_t continuing = 0;
+  int64_t emitted = 0;
   for (const DraftSequence& q : seqs) {
     if (q.slot < 0 || static_cast<size_t>(q.slot) >= slots_.size()) {
       return error(ErrorCode::kInvalidArgument, "memspec: sequence slot {} of {}", q.slot, slots_.size());
     }
     SlotState& s = slots_[static_cast<size_t>(q.slot)];
-    observe(s, q.tokens);
+    const int64_t kept = observe(s, q.tokens);
+    if (kept >= 0) {
+      ++continuing;
+      emitted += kept + 1;
+    }
     const std::vector<TokenId> guess = lookup_continuation(q.tokens, opts_.ngram_max, 1);
     s.lookup_guess = guess.empty() ? -1 : guess.front();
     s.features.lookup = guess.empty() ? 0.0 : 1.0;
     s.features.lookup_hit = s.hit_den > 0 ? s.hit_num / s.hit_den : 0.5;
   }
-  size_t bandit_choice = 0;
+  if (last_option_ >= 0 && last_n_ > 0 && continuing == last_n_ && interval > 0) {
+    const double rate = static_cast<double>(emitted) / interval;
+    best_rate_ = std::max(best_rate_, rate);
+    const double reward = rate / best_rate_;
+    if (static_cast<size_t>(last_option_) == members_.size()) {
+      plain_time_.add(0, interval);
+      plain_reward_sum_ += reward;
+      plain_pulls_ += 1;
+    } else {
+      Member& m = *members_[static_cast<size_t>(last_option_)];
+      m.step_time.add(last_k_, interval);
+      m.reward_sum += reward;
+      m.pulls += 1;
+    }
+    bandit_pulls_ += 1;
+  }
+  const size_t plain = members_.size();
+  size_t bandit_choice = plain;
   if (selector_ == DraftSelector::kPredict) {
     if (calls_ % kRescheduleEvery == 0) FRUGAL_RETURN_IF_ERROR(reschedule(seqs));
   } else {
     bandit_choice = bandit_pick();
     FRUGAL_RETURN_IF_ERROR(ensure_resident(bandit_choice));
   }
-  // Each sequence's draft, then one call per draft with its sequences.
-  std::vector<int> choice(seqs.size());
+  // Each sequence's option, then one call per draft with its sequences.
+  std::vector<size_t> choice(seqs.size(), plain);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SlotState& s = slots_[static_cast<size_t>(seqs[i].slot)];
     if (selector_ == DraftSelector::kBandit) {
-      choice[i] = static_cast<int>(bandit_choice);
+      choice[i] = bandit_choice;
       continue;
     }
-    std::vector<int> resident;
-    int best = -1;
-    double best_speed = -1;
+    if (calls_ <= kPlainProbe) continue;  // plain: its step time is what every option is weighed against
+    std::vector<size_t> options = {plain};
+    size_t best = plain;
+    double best_rate = predicted_rate(plain, s, seqs[i].max_tokens);
     for (size_t j = 0; j < members_.size(); ++j) {
       if (!members_[j]->resident()) continue;
-      resident.push_back(static_cast<int>(j));
-      const double v = predicted_speed(j, s, seqs[i].max_tokens);
-      if (v > best_speed) {
-        best_speed = v;
-        best = static_cast<int>(j);
+      options.push_back(j);
+      const double v = predicted_rate(j, s, seqs[i].max_tokens);
+      if (v > best_rate) {
+        best_rate = v;
+        best = j;
       }
     }
-    // Now and then another resident draft, so each one's fit keeps seeing sequences like this.
-    if (resident.size() > 1 && unit(rng_) < kExplore) {
-      best = resident[static_cast<size_t>(rng_() % resident.size())];
-    }
+    // Now and then another resident option, so each fit keeps seeing sequences like this one.
+    if (unit(rng_) < kExplore) best = options[static_cast<size_t>(rng_() % options.size())];
     choice[i] = best;
   }
+  std::vector<size_t> used;
+  double drafted_total = 0;
+  // A model draft's first step on a sequence also runs its prompt through the draft: that step's
+  // time is not a draft step's, so it is not measured.
+  bool catch_up = false;
   for (size_t j = 0; j < members_.size(); ++j) {
     std::vector<DraftSequence> sub;
     std::vector<size_t> where;
     for (size_t i = 0; i < seqs.size(); ++i) {
-      if (choice[i] != static_cast<int>(j)) continue;
+      if (choice[i] != j) continue;
       sub.push_back(seqs[i]);
       where.push_back(i);
     }
@@ -445,15 +508,36 @@ Status MemSpecDrafter::propose(std::span<const DraftSequence> seqs, std::span<Dr
       }
     }
     m.last_used = calls_;
+    bool any = false;
     for (size_t i = 0; i < sub.size(); ++i) {
       SlotState& s = slots_[static_cast<size_t>(sub[i].slot)];
+      if (m.is_model() && !s.synced[j]) catch_up = true;
+      s.synced[j] = 1;
       s.base = sub[i].tokens.size();
       s.last = sub[i].tokens.back();
-      s.member = static_cast<int>(j);
+      s.member = sub_out[i].tokens.empty() ? -1 : static_cast<int>(j);
       s.proposed = sub_out[i].tokens;
+      drafted_total += static_cast<double>(sub_out[i].tokens.size());
+      any = any || !sub_out[i].tokens.empty();
       out[where[i]] = std::move(sub_out[i]);
     }
+    if (any) used.push_back(j);
   }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (choice[i] != plain) continue;
+    SlotState& s = slots_[static_cast<size_t>(seqs[i].slot)];
+    s.base = seqs[i].tokens.size();
+    s.last = seqs[i].tokens.back();
+    s.member = -1;
+    s.proposed.clear();
+    out[i].tokens.clear();
+    out[i].q.clear();
+  }
+  // What this step will be attributed to when the next call measures it.
+  last_option_ = used.empty() ? static_cast<int64_t>(plain) : used.size() == 1 ? static_cast<int64_t>(used[0]) : -1;
+  if (catch_up) last_option_ = -1;
+  last_k_ = drafted_total / static_cast<double>(std::max<size_t>(seqs.size(), 1));
+  last_n_ = seqs.size();
   return ok_status();
 }
 
@@ -466,8 +550,8 @@ std::vector<MemSpecDrafter::MemberStats> MemSpecDrafter::stats() const {
 }
 
 std::string MemSpecDrafter::pool_report() const {
-  std::string r = fmt::format("{} selector, {} of {} bytes resident", draft_selector_name(selector_), resident_bytes(),
-                              budget_);
+  std::string r = fmt::format("{} selector, {} of {} bytes resident; plain step {:.2f} ms", draft_selector_name(selector_),
+                              resident_bytes(), budget_, plain_ms());
   for (const auto& m : members_) {
     r += fmt::format("; {}{}: {} passes, {}/{} kept", m->name, m->resident() ? " (resident)" : "", m->passes,
                      m->accepted, m->drafted);
