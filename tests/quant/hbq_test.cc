@@ -132,7 +132,9 @@ TEST(Hbq, Ue5m3ValuesAndRoundUp) {
     const int c = quant::ue5m3_ceil(v);
     if (v <= 122880.f) {
       EXPECT_GE(ue5m3_model(c), v);
-      if (c > 1) EXPECT_LT(ue5m3_model(c - 1), v);
+      if (c > 1) {
+        EXPECT_LT(ue5m3_model(c - 1), v);
+      }
     }
   }
 }
@@ -191,7 +193,9 @@ TEST(Hbq, QuantizerFollowsItsRules) {
           for (double g : kE2M1) {
             EXPECT_LE(std::fabs(a - kE2M1[d.q[j] & 7]), std::fabs(a - g) + 1e-6) << "block " << b << " element " << j;
           }
-          if (xb[j] != 0.f && kE2M1[d.q[j] & 7] != 0) EXPECT_EQ(xb[j] < 0.f, (d.q[j] & 8) != 0);
+          if (xb[j] != 0.f && kE2M1[d.q[j] & 7] != 0) {
+            EXPECT_EQ(xb[j] < 0.f, (d.q[j] & 8) != 0);
+          }
           EXPECT_EQ(static_cast<double>(y[static_cast<size_t>(b * 128 + j)]), value(d, j))
               << "block " << b << " element " << j;
         }
