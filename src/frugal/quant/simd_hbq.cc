@@ -1,9 +1,9 @@
 // Dequantization and dot products (against Q8_0 activations) of HBQ-A and HBQ-E. Each 32-element
 // group of a block lines up with one Q8_0 block: the E2M1 codes become signed bytes by a shuffle
 // of the doubled-value table (as MXFP4, simd_fp4.cc) and the integer dot gives 8 int32 lanes of 4
-// elements each. HBQ-A's micro-blocks of 8 are lane pairs: the lanes are multiplied by their
-// multipliers (a variable shift picks each pair's 2-bit code, a lane permute its value) while
-// still integers, as the reference does. HBQ-E's single multiplier per group goes into the float
+// elements each. HBQ-A's micro-blocks of 8 are lane pairs: the multipliers (a variable shift picks
+// each pair's 2-bit code, a lane permute its value) replace the ones of the final int16 -> int32
+// multiply-add, so they cost nothing and the sums stay integer, as in the reference. HBQ-E's single multiplier per group goes into the float
 // factor instead. The dots sum in a different order from the scalar references (lanes, FMA);
 // dequantization is one exact multiply per element, equal to the references bit for bit.
 #include "frugal/quant/simd_config.h"
@@ -29,10 +29,13 @@ HWY_INLINE __m256i hbq_grid() {
   return _mm256_set_m128i(g, g);
 }
 
-// The block's four multipliers twice, so a lane permute by a 2-bit code picks one.
+// The block's four multipliers twice, each in both int16 halves of its int32 lane, so that a lane
+// permute by a 2-bit code picks one for both halves.
 HWY_INLINE __m256i hbq_alphas(uint8_t set) {
   const int32_t* a = kHbqAlphaEighths[hbq_set_index(set)];
-  return _mm256_setr_epi32(a[0], a[1], a[2], a[3], a[0], a[1], a[2], a[3]);
+  const auto both = [](int32_t v) { return v | (v << 16); };
+  return _mm256_setr_epi32(both(a[0]), both(a[1]), both(a[2]), both(a[3]), both(a[0]), both(a[1]), both(a[2]),
+                           both(a[3]));
 }
 
 // Multiplier of each int32 lane of a 32-element group of HBQ-A: lanes 2k and 2k+1 hold
@@ -55,8 +58,11 @@ float dot_hbq_a(int64_t n, const void* vx, const void* vy) {
     for (int g = 0; g < kQK_HBQ / kQK; ++g) {
       const BlockQ8_0& q8 = y[4 * i + g];
       const __m256i c = _mm256_shuffle_epi8(grid, nibbles_32(x[i].qs + 16 * g));
-      const __m256i sums = dot_i8_i8(c, loadu_256(q8.qs));  // |codes| <= 12: no saturation
-      const __m256i scaled = _mm256_mullo_epi32(sums, hbq_a_lane_alphas(alphas, x[i].c[g]));
+      // dot_i8_i8 with the multipliers in place of its madd's ones: each int32 lane is
+      // alpha * (sum of two adjacent int16 pair sums), all four of its elements in one micro-block.
+      // Pair sums are at most 2 * 12 * 127 and alpha at most 64: no overflow.
+      const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(loadu_256(q8.qs), c));
+      const __m256i scaled = _mm256_madd_epi16(pairs, hbq_a_lane_alphas(alphas, x[i].c[g]));
       acc = _mm256_fmadd_ps(_mm256_set1_ps(sv * half_to_float(q8.d)), _mm256_cvtepi32_ps(scaled), acc);
     }
   }
