@@ -26,6 +26,7 @@ struct QuantizeArgs {
   std::string calibration;  // text to compute the importance matrix from, instead of --imatrix
   int calibration_ctx = 512;
   std::string nvfp4_scale = "rtn";
+  std::string hbq_scale = "sig";
   int hscale_radius = quant::kHScaleDefaultRadius;
   bool nvfp4_flags_given = false;   // --nvfp4-scale or --hscale-radius on the command line
   bool hscale_radius_given = false;
@@ -209,9 +210,21 @@ int quantize_cmd(const QuantizeArgs& a) {
       return fail(cmd, "--ocg needs calibration statistics: pass --imatrix FILE or --calibration TEXT");
     }
   }
+  if (a.hbq_scale != "sig") {
+    const bool hbq_rule = std::any_of(o.tensor_types.begin(), o.tensor_types.end(),
+                                      [](const auto& r) { return r.type == DType::kHBQ_A || r.type == DType::kHBQ_E; });
+    const bool hbq_target = target->base == DType::kHBQ_A || target->base == DType::kHBQ_E;
+    if (!hbq_target && !hbq_rule) {
+      return fail(cmd, "--hbq-scale chooses HBQ multipliers, but type " + a.type +
+                           " has no HBQ tensors (use type HBQ_A or HBQ_E, or --tensor-type PATTERN=hbq_a)");
+    }
+  }
   if (a.hscale_radius_given && a.nvfp4_scale != "hscale") return fail(cmd, "--hscale-radius needs --nvfp4-scale hscale");
   o.nvfp4_scale = a.nvfp4_scale == "hscale" ? quantize::Nvfp4Scale::kHScale : quantize::Nvfp4Scale::kRtn;
   o.hscale_radius = a.hscale_radius;
+  o.hbq_scale = a.hbq_scale == "pow2"  ? quant::HbqScaleStrategy::kPow2
+                : a.hbq_scale == "int" ? quant::HbqScaleStrategy::kInt
+                                       : quant::HbqScaleStrategy::kSig;
   o.ocg = a.ocg;
   std::unique_ptr<quantize::Imatrix> imatrix;
   if (!a.imatrix.empty() && !a.calibration.empty()) return fail(cmd, "pass --imatrix FILE or --calibration TEXT, not both");
@@ -320,6 +333,11 @@ RunFn setup(CLI::App& app) {
                                     "H-Scale candidates: RTN's code and this many E4M3 codes on each side (default 8; "
                                     "125 tries all 126 valid codes)")
                          ->check(CLI::Range(0, quant::kHScaleMaxRadius));
+  app.add_option("--hbq-scale", a->hbq_scale,
+                 "HBQ per-micro-block multipliers: sig (1 + c/4 or 1 + c/8, chosen per 128-block; the default), pow2 "
+                 "(1, 2, 4, 8) or int (1, 2, 3, 4); same layout and speed, for comparing second-level scales")
+      ->check(CLI::IsMember({"sig", "pow2", "int"}))
+      ->capture_default_str();
   app.add_flag("--allow-requantize", a->allow_requantize, "accept already-quantized input tensors");
   app.add_flag("--ocg", a->ocg,
                "Outlier-Companion Grouping: reorder channels so each activation outlier shares its NVFP4 group with "

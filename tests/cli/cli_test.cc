@@ -188,6 +188,18 @@ TEST_F(CliBadInput, Nvfp4ScaleWithAnotherType) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// --hbq-scale only makes sense for HBQ tensors, and takes one of its three multiplier sets; no
+// output file is made.
+TEST_F(CliBadInput, HbqScaleWithAnotherType) {
+  const std::string out = (*dir_ / "hbq_q4.gguf").string();
+  expect_clean_failure(run_frugal("quantize " + *good_ + " " + out + " Q4_0 --hbq-scale pow2"),
+                       "--hbq-scale chooses HBQ multipliers, but type Q4_0 has no HBQ tensors");
+  const CmdResult r = run_frugal("quantize " + *good_ + " " + out + " HBQ_A --hbq-scale half");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--hbq-scale"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 // --ocg only makes sense with NVFP4 (or a float type, for the reordering alone) and needs the
 // calibration statistics; --act-quant takes a known format. No output file is made.
 TEST_F(CliBadInput, OcgNeedsNvfp4AndAnImatrix) {

@@ -225,6 +225,29 @@ TEST(GgufHostile, Fp4BlockSizesAndLengths) {
   EXPECT_EQ((*r)->find_tensor("b.weight")->nbytes, 51u);
 }
 
+// frugal's own HBQ types (ids 1024 and 1025): blocks of 128 elements in 70 (HBQ-A) or 67 (HBQ-E)
+// bytes; rows of another length and short data are refused by name.
+TEST(GgufHostile, HbqBlockSizesAndLengths) {
+  constexpr uint32_t kHBQ_A = 1024, kHBQ_E = 1025;
+  Bytes b;
+  b.header(3, 1, 0).tensor("blk.0.ffn_up.weight", {64, 2}, kHBQ_A, 0).pad(32).zeros(140);
+  expect_error(b, ErrorCode::kCorrupt, {"'blk.0.ffn_up.weight'", "64", "block size 128"});
+  Bytes short_data;  // 2 rows of 128 HBQ-E elements need 134 bytes
+  short_data.header(3, 1, 0).tensor("blk.0.ffn_up.weight", {128, 2}, kHBQ_E, 0).pad(32).zeros(133);
+  expect_error(short_data, ErrorCode::kCorrupt, {"'blk.0.ffn_up.weight'", "past the end"});
+  Bytes ok;
+  ok.header(3, 2, 0).tensor("a.weight", {128, 2}, kHBQ_A, 0).tensor("b.weight", {256, 1}, kHBQ_E, 160);
+  ok.pad(32).zeros(160 + 134);
+  const std::string path = test::scratch_path("hbq.gguf");
+  test::write_file(path, ok.vec());
+  auto r = GgufFile::open(path);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->find_tensor("a.weight")->nbytes, 140u);
+  EXPECT_EQ((*r)->find_tensor("b.weight")->nbytes, 134u);
+  EXPECT_EQ((*r)->find_tensor("a.weight")->type, DType::kHBQ_A);
+  EXPECT_EQ((*r)->find_tensor("b.weight")->type, DType::kHBQ_E);
+}
+
 TEST(GgufHostile, UnalignedOffset) {
   Bytes b;
   b.header(3, 1, 0).tensor("w", {8}, kF32, 4).pad(32).zeros(64);

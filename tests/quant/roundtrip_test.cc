@@ -46,6 +46,8 @@ const std::map<DType, ErrorBound>& bounds() {
       {DType::kIQ4_NL, {0.10, 0.055}},                                // 0.0806, 0.0439
       {DType::kMXFP4, {0.155, 0.088}},                                // 0.1245, 0.0705
       {DType::kNVFP4, {0.13, 0.043}},   // 0.1029, 0.0339 (global scale 1: block scales alone)
+      {DType::kHBQ_A, {0.10, 0.028}},   // 0.0799, 0.0218
+      {DType::kHBQ_E, {0.12, 0.029}},   // 0.0944, 0.0228
   };
   return b;
 }

@@ -1,4 +1,5 @@
-// Tensor element types. Numbers are ggml's type ids, as stored in GGUF files: frozen.
+// Tensor element types. Numbers are ggml's type ids (frugal's own from 1024), as stored in GGUF
+// files: frozen.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ enum class DType : uint32_t {
   kBF16 = 30,
   kMXFP4 = 39,  // OCP MX FP4: E2M1 codes, one E8M0 scale per 32 (quant/mxfp4.cc)
   kNVFP4 = 40,  // NVIDIA FP4: E2M1 codes, UE4M3 scale per 16, F32 scale per tensor (quant/nvfp4.cc)
+  // Ids from 1024 on are frugal's own, not ggml's: llama.cpp cannot read tensors of these types.
+  kHBQ_A = 1024,  // HBQ-A: E2M1 codes, UE5M3 scale per 128, 2-bit significand scale per 8 (quant/hbq.cc)
+  kHBQ_E = 1025,  // HBQ-E: as HBQ-A with the 2-bit significand scale per 32 (quant/hbq.cc)
 };
 
 // Layout facts every module needs (the GGUF reader validates sizes with them); kernels live in

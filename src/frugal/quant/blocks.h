@@ -63,6 +63,30 @@ struct BlockNVFP4 {
   uint8_t qs[kQK_NVFP4 / 2];
 };
 
+// HBQ (hierarchical block quantization, quant/hbq.cc; frugal's own GGUF types 1024 and 1025): an L1
+// block of 128 E2M1 codes with one UE5M3 scale s, split into micro-blocks of 8 (HBQ-A) or 32
+// (HBQ-E) elements that each carry a 2-bit code c choosing a multiplier from the block's set:
+//   x = ue5m3(s) * (kHbqAlphaEighths[set][c] / 8) * E2M1[q].
+// qs holds four 32-element groups of 16 bytes laid out as Q4_0/MXFP4 (byte j: element j low
+// nibble, element j+16 high nibble), so each group lines up with one Q8_0 activation block.
+// HBQ-A's c packs micro-block m into bits 2(m%4)..2(m%4)+1 of c[m/4]; HBQ-E's four codes share one
+// byte the same way.
+inline constexpr int kQK_HBQ = 128;
+inline constexpr int kQK_HBQ_A_MICRO = 8;
+inline constexpr int kQK_HBQ_E_MICRO = 32;
+struct BlockHBQ_A {
+  uint8_t s;    // UE5M3 scale
+  uint8_t set;  // which multiplier set (HbqAlphaSet in quant/hbq.h)
+  uint8_t c[kQK_HBQ / kQK_HBQ_A_MICRO / 4];
+  uint8_t qs[kQK_HBQ / 2];
+};
+struct BlockHBQ_E {
+  uint8_t s;
+  uint8_t set;
+  uint8_t c;
+  uint8_t qs[kQK_HBQ / 2];
+};
+
 struct BlockQ2_K {
   uint8_t scales[kQK_K / 16];  // per 16 elements: low nibble scale, high nibble min
   uint8_t qs[kQK_K / 4];       // 2-bit codes
@@ -109,6 +133,8 @@ static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockNVFP4) == 36);
+static_assert(sizeof(BlockHBQ_A) == 70);
+static_assert(sizeof(BlockHBQ_E) == 67);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);

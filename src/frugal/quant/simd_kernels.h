@@ -77,6 +77,12 @@ FRUGAL_FAST_VEC_DOT(nvfp4);
 FRUGAL_FAST_TO_FLOAT(mxfp4);
 FRUGAL_FAST_TO_FLOAT(nvfp4);
 
+// simd_hbq.cc: HBQ-A and HBQ-E.
+FRUGAL_FAST_VEC_DOT(hbq_a);
+FRUGAL_FAST_VEC_DOT(hbq_e);
+FRUGAL_FAST_TO_FLOAT(hbq_a);
+FRUGAL_FAST_TO_FLOAT(hbq_e);
+
 // simd_kquant.cc: the K-quants.
 FRUGAL_FAST_VEC_DOT(q2_k);
 FRUGAL_FAST_VEC_DOT(q3_k);

@@ -1,5 +1,6 @@
 #include "frugal/quant/type_traits.h"
 
+#include "frugal/quant/hbq.h"
 #include "frugal/quant/reference.h"
 #include "frugal/quant/simd_kernels.h"
 
@@ -62,6 +63,8 @@ QuantizeRowsFn model_file_quantizer(DType type) {
     // Row by row with a global scale of 1; model files go through quantize_rows_nvfp4_scaled
     // with the tensor's global scale (quantize/model_quantizer.cc).
     case DType::kNVFP4: return rows_from_reference<quantize_nvfp4_ref>;
+    case DType::kHBQ_A: return quantize_rows_hbq_a_sig;
+    case DType::kHBQ_E: return quantize_rows_hbq_e_sig;
     default: return nullptr;
   }
 }
@@ -119,6 +122,10 @@ struct Table {
             vec_dot_mxfp4_q8_0_ref, Fast{to_float_mxfp4, nullptr, vec_dot_mxfp4}),
         row(DType::kNVFP4, DType::kQ8_0, true, dequantize_nvfp4_ref, quantize_nvfp4_ref,
             vec_dot_nvfp4_q8_0_ref, Fast{to_float_nvfp4, nullptr, vec_dot_nvfp4}),
+        row(DType::kHBQ_A, DType::kQ8_0, true, dequantize_hbq_a_ref, quantize_hbq_a_ref,
+            vec_dot_hbq_a_q8_0_ref, Fast{to_float_hbq_a, nullptr, vec_dot_hbq_a}),
+        row(DType::kHBQ_E, DType::kQ8_0, true, dequantize_hbq_e_ref, quantize_hbq_e_ref,
+            vec_dot_hbq_e_q8_0_ref, Fast{to_float_hbq_e, nullptr, vec_dot_hbq_e}),
     };
     for (TypeTraits& t : rows) t.quantize_rows = model_file_quantizer(t.type);
     for (const TypeTraits& t : rows) pointers.push_back(&t);

@@ -3,7 +3,7 @@
 // loop over the table, so registering a format is what gets it tested.
 //
 // Conventions (ggml's): a weight row x of n elements is dotted with an activation row y that has
-// first been converted to `vec_dot_type` (Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4/NVFP4, Q8_1 for
+// first been converted to `vec_dot_type` (Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4/NVFP4/HBQ, Q8_1 for
 // Q4_1/Q5_1, Q8_K for the K-quants, F16 for F16, BF16 for BF16, F32 for F32). n is a multiple of
 // the block size of both types. NVFP4's conversions and dots leave out its per-tensor global
 // scale, which the caller applies (WeightTensor::scale).

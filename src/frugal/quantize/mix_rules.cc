@@ -32,6 +32,8 @@ DType fallback_type(DType t, int64_t cols) {
     case DType::kQ5_K: out = DType::kQ5_1; break;
     case DType::kQ6_K: out = DType::kQ8_0; break;
     case DType::kNVFP4: out = DType::kMXFP4; break;  // same elements, blocks of 32
+    case DType::kHBQ_A:
+    case DType::kHBQ_E: out = DType::kMXFP4; break;  // same elements, blocks of 32
     default: break;
   }
   if (cols % block_size(out) != 0) out = DType::kF16;

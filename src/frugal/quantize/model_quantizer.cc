@@ -364,6 +364,10 @@ Status convert_tensor(const TensorPlan& p, ThreadPool& pool, std::vector<uint8_t
         quant::quantize_rows_nvfp4_hscale(f.data(), dst, nr, cols, g, imp, opts.hscale_radius);
       } else if (p.to == DType::kNVFP4) {
         quant::quantize_rows_nvfp4_scaled(f.data(), dst, nr, cols, g);
+      } else if (p.to == DType::kHBQ_A) {
+        quant::quantize_rows_hbq_a(f.data(), dst, nr, cols, imp, opts.hbq_scale);
+      } else if (p.to == DType::kHBQ_E) {
+        quant::quantize_rows_hbq_e(f.data(), dst, nr, cols, imp, opts.hbq_scale);
       } else {
         to->quantize_rows(f.data(), dst, nr, cols, imp);
       }

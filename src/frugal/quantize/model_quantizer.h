@@ -18,6 +18,7 @@
 
 #include "frugal/core/dtype.h"
 #include "frugal/core/status.h"
+#include "frugal/quant/hbq.h"
 #include "frugal/quant/nvfp4_hscale.h"
 #include "frugal/quantize/imatrix_file.h"
 #include "frugal/quantize/mix_rules.h"
@@ -68,6 +69,9 @@ struct QuantizeOptions {
   bool allow_requantize = false;          // accept quantized input tensors (dequantized first)
   Nvfp4Scale nvfp4_scale = Nvfp4Scale::kRtn;  // kHScale needs at least one NVFP4 tensor in the plan
   int hscale_radius = quant::kHScaleDefaultRadius;  // candidates on each side of RTN's code, 0..kHScaleMaxRadius
+  // HBQ tensors' second-level multipliers: the paper's significand sets, or the power-of-two or
+  // integer sets it compares them with (quant/hbq.h); same layout and kernels for all three.
+  quant::HbqScaleStrategy hbq_scale = quant::HbqScaleStrategy::kSig;
   // Outlier-Companion Grouping (ocg_fold.h): channel orders from `imatrix` (required) folded into
   // the weights before they are quantized. Needs a type with NVFP4 tensors, or a float type
   // (F32, F16, BF16: the reordering alone), and float input weights for every tensor it reorders.

@@ -39,6 +39,9 @@ enum class FileType : uint32_t {
   // is ours, the next free one.
   kMXFP4 = 38,
   kNVFP4 = 39,
+  // frugal's own, as the HBQ tensor type ids (core/dtype.h); llama.cpp knows neither.
+  kHBQ_A = 1024,
+  kHBQ_E = 1025,
 };
 
 struct Target {
