@@ -7,7 +7,7 @@
 namespace frugal {
 namespace {
 
-constexpr std::array<DTypeLayout, 23> kLayouts = {{
+constexpr std::array<DTypeLayout, 24> kLayouts = {{
     {DType::kF32, "f32", 1, 4},
     {DType::kF16, "f16", 1, 2},
     {DType::kQ4_0, "q4_0", 32, 18},
@@ -31,6 +31,7 @@ constexpr std::array<DTypeLayout, 23> kLayouts = {{
     {DType::kBF16, "bf16", 1, 2},
     {DType::kMXFP4, "mxfp4", 32, 17},
     {DType::kNVFP4, "nvfp4", 64, 36},
+    {DType::kFLUXBIN, "fluxbin", 128, 36},
 }};
 
 bool iequals(std::string_view a, std::string_view b) {

@@ -31,6 +31,7 @@ enum class DType : uint32_t {
   kBF16 = 30,
   kMXFP4 = 39,  // OCP MX FP4: E2M1 codes, one E8M0 scale per 32 (quant/mxfp4.cc)
   kNVFP4 = 40,  // NVIDIA FP4: E2M1 codes, UE4M3 scale per 16, F32 scale per tensor (quant/nvfp4.cc)
+  kFLUXBIN = 1026,  // frugal's own, llama.cpp cannot read it: two sign planes + row scales per 128 (quant/fluxbin.h)
 };
 
 // Layout facts every module needs (the GGUF reader validates sizes with them); kernels live in

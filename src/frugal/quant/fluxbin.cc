@@ -141,6 +141,13 @@ void update_signs(State& s, const float* w) {
 
 }  // namespace
 
+std::string companion_name(const std::string& weight_name, const char* part) {
+  constexpr std::string_view kSuffix = ".weight";
+  std::string base = weight_name;
+  if (base.size() > kSuffix.size() && base.ends_with(kSuffix)) base.resize(base.size() - kSuffix.size());
+  return base + "." + part;
+}
+
 View view_of(const Matrix& m) {
   return View{m.rows, m.cols, m.salient, m.blocks.data(), m.col_scales.data(), m.salient_idx.data(),
               m.salient_vals.data()};

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "frugal/core/status.h"
@@ -72,6 +73,13 @@ struct View {
   const uint8_t* salient_idx = nullptr;
   const uint8_t* salient_vals = nullptr;
 };
+
+// Companion tensor names: "blk.0.attn_q.weight" has "blk.0.attn_q.fluxbin_cols" and, hybrid,
+// "blk.0.attn_q.fluxbin_sidx" and "blk.0.attn_q.fluxbin_svals".
+inline constexpr const char* kColsPart = "fluxbin_cols";
+inline constexpr const char* kSalientIdxPart = "fluxbin_sidx";
+inline constexpr const char* kSalientValsPart = "fluxbin_svals";
+std::string companion_name(const std::string& weight_name, const char* part);
 
 inline int64_t salient_row_bytes(int salient) { return salient == 0 ? 0 : 2 + salient / 2; }
 View view_of(const Matrix& m);

@@ -39,6 +39,8 @@ enum class FileType : uint32_t {
   // is ours, the next free one.
   kMXFP4 = 38,
   kNVFP4 = 39,
+  kFLUXBIN = 1026,         // frugal's own (quant/fluxbin.h): FluxBin, every quantized tensor binary
+  kFLUXBIN_HYBRID = 1027,  // frugal's own: FluxBin with 8 salient columns per 128 kept at int4
 };
 
 struct Target {
