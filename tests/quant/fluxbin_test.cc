@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -166,8 +168,11 @@ TEST(FluxBin, HybridKeepsPlantedOutlierColumnsAndImportanceSteers) {
     const auto* idx = &hyb->salient_idx[g * 8];
     EXPECT_TRUE(std::find(idx, idx + 8, static_cast<uint8_t>(j % 128)) != idx + 8) << "column " << j;
   }
-  EXPECT_LT(stored_error(*hyb, w), 0.5 * stored_error(*pure, w));
-  // Every salient element within half a step of its row-group scale.
+  const double pure_err = stored_error(*pure, w), hyb_err = stored_error(*hyb, w);
+  std::printf("  planted outliers: squared error pure %.4f, hybrid %.4f\n", pure_err, hyb_err);
+  EXPECT_LT(hyb_err, 0.75 * pure_err);
+  // Salient columns leave the binary part (c = 0 there), and each salient element is within half
+  // a step of its row-group scale.
   std::vector<float> row(cols);
   const int64_t srb = fb::salient_row_bytes(8);
   for (int64_t o = 0; o < rows; ++o) {
@@ -178,6 +183,8 @@ TEST(FluxBin, HybridKeepsPlantedOutlierColumnsAndImportanceSteers) {
       const float sc = fp16_to_f32(sh);
       for (int t = 0; t < 8; ++t) {
         const int j = g * 128 + hyb->salient_idx[g * 8 + t];
+        EXPECT_EQ(hyb->col_scales[j], 0);
+        EXPECT_EQ(hyb->col_scales[cols + j], 0);
         EXPECT_LE(std::fabs(row[j] - w[o * cols + j]), 0.5f * sc * 1.001f + 1e-7f);
       }
     }
