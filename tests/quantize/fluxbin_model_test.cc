@@ -214,11 +214,36 @@ TEST(FluxBinQuantize, LogitsStayFiniteAndNearF16) {
     err[k] = rel_rms_error(got, ref);
     std::printf("  %-14s relative RMS logit error vs F16: %.4f\n", types[k], err[k]);
   }
-  // Random Gaussian weights have no outliers for the hybrid to catch; the binary codes are
-  // still a real approximation: below 1 (an unrelated model's logits are ~1.4 away), and the
-  // hybrid, with strictly more information per group, no worse than pure.
-  EXPECT_LT(err[1], 0.9);
-  EXPECT_LT(err[2], err[1] * 1.02);
+  // Random weights give logits of noise, so each layer's weight error shows almost undamped
+  // (measured: Q2_K 0.391, FLUXBIN 0.561, FLUXBIN_HYBRID 0.582). A bound well below 1 still
+  // catches a wrong sign convention or scale, which gives unrelated logits.
+  EXPECT_LT(err[1], 0.7);
+  EXPECT_LT(err[2], 0.7);
+  // Per weight the hybrid is closer to F16 than pure: every FluxBin matrix's squared error.
+  auto in = GgufFile::open(f16);
+  auto pure = GgufFile::open(dir.file("FLUXBIN.gguf"));
+  auto hyb = GgufFile::open(dir.file("FLUXBIN_HYBRID.gguf"));
+  ASSERT_TRUE(in.ok() && pure.ok() && hyb.ok());
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.ffn_up.weight", "blk.1.ffn_down.weight"}) {
+    const GgufTensorInfo* src = (*in)->find_tensor(name);
+    const std::vector<float> w = f16_floats(*src);
+    const int64_t cols = src->dims[0], rows = src->dims[1];
+    double e[2] = {0, 0};
+    int k = 0;
+    for (const auto* file : {&*pure, &*hyb}) {
+      auto bound = bind_matrix(**file, name, cols, rows);
+      ASSERT_TRUE(bound.ok());
+      const fb::View v{rows, cols, bound->fluxbin.salient, static_cast<const uint8_t*>(bound->data),
+                       bound->fluxbin.col_scales, bound->fluxbin.salient_idx, bound->fluxbin.salient_vals};
+      std::vector<float> row(cols);
+      for (int64_t o = 0; o < rows; ++o) {
+        fb::dequantize_row(v, o, row.data());
+        for (int64_t j = 0; j < cols; ++j) e[k] += (row[j] - w[o * cols + j]) * (row[j] - w[o * cols + j]);
+      }
+      ++k;
+    }
+    EXPECT_LT(e[1], e[0]) << name;
+  }
 }
 
 // Rows of 96 (embedding) and 160 (FFN) elements: not whole groups of 128.
@@ -235,10 +260,11 @@ TEST(FluxBinQuantize, ImpossibleShapesAreRefusedOrFallBack) {
   const std::string mixed = dir.file("mixed.gguf");
   r = quantize_to(f16, mixed, "FLUXBIN");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_GT(r->n_fallback, 0);
+  // The fallback for FluxBin is F16, the input's own type: those tensors are copied, not converted.
   auto q = GgufFile::open(mixed);
   ASSERT_TRUE(q.ok());
   EXPECT_EQ((*q)->find_tensor("blk.0.attn_q.weight")->type, DType::kF16);
+  EXPECT_EQ((*q)->find_tensor("blk.0.ffn_down.weight")->type, DType::kF16);  // 160 columns
   EXPECT_EQ((*q)->find_tensor("blk.0.attn_q.fluxbin_cols"), nullptr);
   for (float v : logits_of(mixed)) ASSERT_TRUE(std::isfinite(v));
 }
