@@ -380,11 +380,17 @@ void gemv_lut(const View& v, const float* x, float* y, int64_t row_begin, int64_
     for (int t = 0; t < v.salient; ++t) xs[t] = xg[v.salient_idx[g * v.salient + t]];
     for (int64_t o = row_begin; o < row_end; ++o) {
       const uint8_t* blk = v.blocks + (o * groups + g) * kBlockBytes;
-      float a1 = 0.f, a2 = 0.f;
-      for (int i = 0; i < kChunks; ++i) {
-        a1 += t1[i * 256 + blk[i]];
-        a2 += t2[i * 256 + blk[kSignBytes + i]];
+      // Four independent sums per basis: one chain of dependent adds would wait on every
+      // table load in turn.
+      float p1[4] = {0.f, 0.f, 0.f, 0.f}, p2[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int i = 0; i < kChunks; i += 4) {
+        for (int q = 0; q < 4; ++q) {
+          p1[q] += t1[(i + q) * 256 + blk[i + q]];
+          p2[q] += t2[(i + q) * 256 + blk[kSignBytes + i + q]];
+        }
       }
+      const float a1 = (p1[0] + p1[1]) + (p1[2] + p1[3]);
+      const float a2 = (p2[0] + p2[1]) + (p2[2] + p2[3]);
       uint16_t rh[2];
       std::memcpy(rh, blk + 2 * kSignBytes, 4);
       float acc = fp16_to_f32(rh[0]) * a1 + fp16_to_f32(rh[1]) * a2;
