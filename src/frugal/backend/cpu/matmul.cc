@@ -322,7 +322,8 @@ void matmul_fluxbin(ThreadPool& pool, const WeightTensor& w, const float* x, int
     for (int64_t r = r0; r < r1; ++r) yt[r] += bias[r];
   };
   if (n == 1) {
-    const int64_t chunk = std::max<int64_t>(16, (w.rows + 4 * pool.size() - 1) / (4 * pool.size()));
+    // One chunk per thread: every chunk builds all the group tables again.
+    const int64_t chunk = std::max<int64_t>(16, (w.rows + pool.size() - 1) / pool.size());
     pool.parallel_for(w.rows, chunk, [&](int64_t b, int64_t e, int) {
       quant::fluxbin::gemv_lut(v, x, y, b, e, scratch);
       finish(y, b, e);
