@@ -65,6 +65,27 @@ TEST(FluxBin, ErrorHistoryNonIncreasingAndBelowGreedyStart) {
   EXPECT_GT(m1->error_history.back(), h.back());
 }
 
+TEST(FluxBin, StopsAfterPatienceRoundsOfSmallImprovement) {
+  const std::vector<float> w = random_matrix(16, 128, 8);
+  fb::FitOptions opt;
+  // Every round improves by less than 100 %: the fit stops after `patience` rounds.
+  opt.min_improvement = 1.0;
+  for (int patience : {1, 3}) {
+    opt.patience = patience;
+    auto m = fb::fit(w.data(), 16, 128, opt);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->error_history.size(), static_cast<size_t>(patience + 1));
+  }
+  // With the default threshold it runs until the improvement fades, within max_iterations.
+  auto full = fb::fit(w.data(), 16, 128, {});
+  ASSERT_TRUE(full.ok());
+  const std::vector<double>& h = full->error_history;
+  ASSERT_GT(h.size(), 4u);
+  if (h.size() < 51u) {
+    for (size_t i = h.size() - 3; i < h.size(); ++i) EXPECT_LE(h[i - 1] - h[i], 1e-6 * h[i - 1]);
+  }
+}
+
 TEST(FluxBin, BeatsOneBitSignTimesMeanPerRowGroup) {
   // Independent yardstick: 1-bit sign * mean|w| per (row, group); two bases with fitted row and
   // column scales must do clearly better on Gaussian weights.
