@@ -26,6 +26,15 @@ enum class WeightLayout : uint8_t {
   kQ4_0x8 = 1,  // Q4_0 in groups of 8 rows (quant::fast::BlockQ4_0x8); rows % 8 == 0
 };
 
+// The column scales and salient columns of a kFLUXBIN weight (quant/fluxbin.h), shared by all rows:
+// `cols` F16 values per basis, and with salient > 0 the salient column indices and per-row values.
+struct FluxBinParts {
+  const uint16_t* col_scales = nullptr;
+  const uint8_t* salient_idx = nullptr;
+  const uint8_t* salient_vals = nullptr;
+  int salient = 0;
+};
+
 // A 2-D weight matrix as stored in GGUF: `rows` rows of `cols` contiguous elements in `type`
 // (GGUF dims = [cols, rows]). For the CPU backend `data` points into the mmap'd file.
 struct WeightTensor {
@@ -39,6 +48,8 @@ struct WeightTensor {
   // FP32 global scale of NVFP4, stored in the file as the companion tensor `<name>.scale`
   // (model/architecture.cc). 1 for every other weight.
   float scale = 1.f;
+  // FluxBin's per-tensor parts (quant/fluxbin.h), bound from the companion tensors; unused otherwise.
+  FluxBinParts fluxbin;
 };
 
 struct RopeParams {

@@ -7,7 +7,7 @@
 namespace frugal {
 namespace {
 
-constexpr std::array<DTypeLayout, 25> kLayouts = {{
+constexpr std::array<DTypeLayout, 26> kLayouts = {{
     {DType::kF32, "f32", 1, 4},
     {DType::kF16, "f16", 1, 2},
     {DType::kQ4_0, "q4_0", 32, 18},
@@ -33,6 +33,7 @@ constexpr std::array<DTypeLayout, 25> kLayouts = {{
     {DType::kNVFP4, "nvfp4", 64, 36},
     {DType::kHBQ_A, "hbq_a", 128, 70},
     {DType::kHBQ_E, "hbq_e", 128, 67},
+    {DType::kFLUXBIN, "fluxbin", 128, 36},
 }};
 
 bool iequals(std::string_view a, std::string_view b) {

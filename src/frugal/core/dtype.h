@@ -35,6 +35,7 @@ enum class DType : uint32_t {
   // Ids from 1024 on are frugal's own, not ggml's: llama.cpp cannot read tensors of these types.
   kHBQ_A = 1024,  // HBQ-A: E2M1 codes, UE5M3 scale per 128, 2-bit significand scale per 8 (quant/hbq.cc)
   kHBQ_E = 1025,  // HBQ-E: as HBQ-A with the 2-bit significand scale per 32 (quant/hbq.cc)
+  kFLUXBIN = 1026,  // frugal's own, llama.cpp cannot read it: two sign planes + row scales per 128 (quant/fluxbin.h)
 };
 
 // Layout facts every module needs (the GGUF reader validates sizes with them); kernels live in

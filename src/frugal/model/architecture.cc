@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "frugal/quant/fluxbin.h"
 #include "frugal/quant/type_traits.h"
 
 namespace frugal {
@@ -81,6 +82,46 @@ Result<float> read_global_scale(const GgufFile& f, const std::string& weight_nam
   return g;
 }
 
+Result<FluxBinParts> bind_fluxbin_parts(const GgufFile& f, const std::string& weight_name, int64_t cols,
+                                        int64_t rows) {
+  namespace fb = quant::fluxbin;
+  FluxBinParts parts;
+  const int64_t groups = cols / fb::kGroup;
+  const std::string cols_name = fb::companion_name(weight_name, fb::kColsPart);
+  const GgufTensorInfo* c = f.find_tensor(cols_name);
+  if (c == nullptr || c->type != DType::kF16 || c->n_elements() != fb::kBases * cols) {
+    return error(ErrorCode::kCorrupt, "FluxBin tensor '{}' needs its column scales '{}': {} f16 values", weight_name,
+                 cols_name, fb::kBases * cols);
+  }
+  parts.col_scales = reinterpret_cast<const uint16_t*>(c->data);
+  const std::string idx_name = fb::companion_name(weight_name, fb::kSalientIdxPart);
+  const GgufTensorInfo* idx = f.find_tensor(idx_name);
+  if (idx == nullptr) return parts;  // pure: no salient columns
+  const int64_t n_idx = idx->n_elements();
+  const int64_t salient = groups > 0 ? n_idx / groups : 0;
+  if (idx->type != DType::kI8 || salient * groups != n_idx || salient <= 0 || salient > 32 || salient % 2 != 0) {
+    return error(ErrorCode::kCorrupt, "tensor '{}' (salient columns of '{}') must be i8, an even count 2..32 per {} "
+                 "columns, found {} {}", idx_name, weight_name, fb::kGroup, n_idx, dtype_name(idx->type));
+  }
+  for (int64_t i = 0; i < n_idx; ++i) {
+    if (idx->data[i] >= fb::kGroup) {
+      return error(ErrorCode::kCorrupt, "tensor '{}' holds column {} at {}, beyond a group of {}", idx_name,
+                   idx->data[i], i, fb::kGroup);
+    }
+  }
+  const std::string vals_name = fb::companion_name(weight_name, fb::kSalientValsPart);
+  const GgufTensorInfo* vals = f.find_tensor(vals_name);
+  const int64_t want = rows * groups * fb::salient_row_bytes(static_cast<int>(salient));
+  if (vals == nullptr || vals->type != DType::kI8 || vals->n_elements() != want) {
+    return error(ErrorCode::kCorrupt, "FluxBin tensor '{}' needs its salient values '{}': {} i8 bytes", weight_name,
+                 vals_name, want);
+  }
+  parts.salient = static_cast<int>(salient);
+  parts.salient_idx = idx->data;
+  parts.salient_vals = vals->data;
+  return parts;
+}
+
 Result<WeightTensor> bind_matrix(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
   const GgufTensorInfo* t = f.find_tensor(name);
   if (t == nullptr) return error(ErrorCode::kNotFound, "missing tensor '{}'", name);
@@ -92,7 +133,7 @@ Result<WeightTensor> bind_matrix(const GgufFile& f, const std::string& name, int
     return error(ErrorCode::kCorrupt, "tensor '{}' has shape [{}], expected [{}, {}]", name, dims, cols, rows);
   }
   const TypeTraits* tt = type_traits(t->type);
-  if (tt == nullptr || tt->vec_dot == nullptr) {
+  if (t->type != DType::kFLUXBIN && (tt == nullptr || tt->vec_dot == nullptr)) {
     return error(ErrorCode::kNotSupported, "tensor '{}' has type {}, which frugal cannot multiply", name,
                  dtype_name(t->type));
   }
@@ -104,6 +145,9 @@ Result<WeightTensor> bind_matrix(const GgufFile& f, const std::string& name, int
   w.data = t->data;
   if (t->type == DType::kNVFP4) {
     FRUGAL_ASSIGN_OR_RETURN(w.scale, read_global_scale(f, name));
+  }
+  if (t->type == DType::kFLUXBIN) {
+    FRUGAL_ASSIGN_OR_RETURN(w.fluxbin, bind_fluxbin_parts(f, name, cols, rows));
   }
   return w;
 }

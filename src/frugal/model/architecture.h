@@ -25,6 +25,9 @@ Status read_llama_like_config(const GgufFile& f, ModelConfig& cfg);
 Status bind_llama_like_weights(const GgufFile& f, const ModelConfig& cfg, ModelWeights& w);
 
 // Tensor binding helpers: check shape (ggml order dims) and type; messages name the tensor.
+// A kFLUXBIN weight's companions (quant/fluxbin.h): "<base>.fluxbin_cols", and for the hybrid
+// "<base>.fluxbin_sidx" and "<base>.fluxbin_svals"; a missing or malformed one is an error naming it.
+Result<FluxBinParts> bind_fluxbin_parts(const GgufFile& f, const std::string& weight_name, int64_t cols, int64_t rows);
 Result<WeightTensor> bind_matrix(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows);
 Result<std::vector<float>> load_vector(const GgufFile& f, const std::string& name, int64_t n);
 bool has_tensor(const GgufFile& f, const std::string& name);

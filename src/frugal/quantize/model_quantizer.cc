@@ -10,6 +10,7 @@
 #include "frugal/core/thread_pool.h"
 #include "frugal/format/gguf.h"
 #include "frugal/model/architecture.h"
+#include "frugal/quant/fluxbin.h"
 #include "frugal/quant/reference.h"
 #include "frugal/quant/type_traits.h"
 #include "frugal/quantize/atomic_file.h"
@@ -33,6 +34,9 @@ struct TensorPlan {
   bool global_scale = false;   // the F32 companion `<name>.scale` of the NVFP4 tensor `in` (written after it)
   TensorPermutation perm;      // OCG's reordering of its rows and columns (ocg_fold.h), or none
   bool reorder_only = false;   // kept in its type, but rewritten because OCG reorders it
+  const char* fluxbin_part = nullptr;  // a companion of the FluxBin tensor `in` (quant/fluxbin.h), written after it
+  DType part_type = DType::kF32;       // its type and element count
+  int64_t part_elements = 0;
 };
 
 bool is_float_type(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
@@ -90,6 +94,37 @@ Result<std::vector<TensorPlan>> plan_global_scales(const GgufFile& in, std::vect
     c.global_scale = true;
     c.out_bytes = sizeof(float);
     out.push_back(c);
+  }
+  return out;
+}
+
+int fluxbin_salient(const QuantizeOptions& opts) {
+  return opts.target.file_type == FileType::kFLUXBIN_HYBRID ? quant::fluxbin::kDefaultSalient : 0;
+}
+
+// FluxBin's column scales (and the hybrid's salient columns) follow each tensor converted to it.
+std::vector<TensorPlan> plan_fluxbin_parts(std::vector<TensorPlan> plan, int salient) {
+  namespace fb = quant::fluxbin;
+  std::vector<TensorPlan> out;
+  for (const TensorPlan& p : plan) {
+    out.push_back(p);
+    if (!p.quantize || p.to != DType::kFLUXBIN) continue;
+    const int64_t cols = p.in->dims[0];
+    const int64_t groups = cols / fb::kGroup;
+    auto add = [&](const char* part, DType type, int64_t n) {
+      TensorPlan c;
+      c.in = p.in;
+      c.fluxbin_part = part;
+      c.part_type = type;
+      c.part_elements = n;
+      c.out_bytes = static_cast<uint64_t>(n * dtype_layout(type).block_bytes);
+      out.push_back(c);
+    };
+    add(fb::kColsPart, DType::kF16, fb::kBases * cols);
+    if (salient > 0) {
+      add(fb::kSalientIdxPart, DType::kI8, groups * salient);
+      add(fb::kSalientValsPart, DType::kI8, rows_of(*p.in) * groups * fb::salient_row_bytes(salient));
+    }
   }
   return out;
 }
@@ -157,7 +192,7 @@ Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeO
                      t->name, dtype_name(t->type));
       }
       const TypeTraits* to = type_traits(p.to);
-      if (to == nullptr || to->quantize_rows == nullptr) {
+      if (p.to != DType::kFLUXBIN && (to == nullptr || to->quantize_rows == nullptr)) {
         return error(ErrorCode::kNotSupported, "tensor '{}': frugal cannot write {}", t->name, dtype_name(p.to));
       }
       if (opts.imatrix != nullptr) {
@@ -224,6 +259,7 @@ Result<std::vector<TensorPlan>> plan_tensors(const GgufFile& in, const QuantizeO
     }
   }
   FRUGAL_ASSIGN_OR_RETURN(plan, plan_global_scales(in, std::move(plan)));
+  plan = plan_fluxbin_parts(std::move(plan), fluxbin_salient(opts));
   report->n_tensors = static_cast<int>(plan.size());
   return plan;
 }
@@ -273,6 +309,9 @@ GgufWriter make_header(const GgufFile& in, const QuantizeOptions& opts, const st
     // Validated already by the reader (dims, block multiples); cannot fail here.
     if (p.global_scale) {
       (void)w.add_tensor_info(global_scale_name(p.in->name), DType::kF32, {1});
+    } else if (p.fluxbin_part != nullptr) {
+      (void)w.add_tensor_info(quant::fluxbin::companion_name(p.in->name, p.fluxbin_part), p.part_type,
+                              {p.part_elements});
     } else {
       (void)w.add_tensor_info(p.in->name, p.to, p.in->dims);
     }
@@ -283,7 +322,7 @@ GgufWriter make_header(const GgufFile& in, const QuantizeOptions& opts, const st
 // Converts one tensor: rows to floats, then to the target type, in chunks of rows over the pool.
 // NVFP4 takes two passes: the tensor's amax first, for the global scale written to *global_scale.
 Status convert_tensor(const TensorPlan& p, ThreadPool& pool, std::vector<uint8_t>& out, const QuantizeOptions& opts,
-                      float* global_scale) {
+                      float* global_scale, quant::fluxbin::Matrix* fluxbin) {
   const GgufTensorInfo& t = *p.in;
   const int64_t cols = t.dims[0];
   const int64_t rows = rows_of(t);
@@ -333,6 +372,23 @@ Status convert_tensor(const TensorPlan& p, ThreadPool& pool, std::vector<uint8_t
       }
     }
   };
+  if (p.to == DType::kFLUXBIN) {
+    // The column scales couple all rows: the whole tensor is fitted at once.
+    std::vector<float> all(static_cast<size_t>(rows * cols));
+    std::vector<float>& f = scratch[0];
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      int64_t r0 = 0;
+      int64_t nr = 0;
+      chunk_floats(c, f, &r0, &nr);
+      std::copy(f.begin(), f.begin() + nr * cols, all.begin() + r0 * cols);
+    }
+    quant::fluxbin::FitOptions fo;
+    fo.salient = fluxbin_salient(opts);
+    fo.importance = imp;
+    FRUGAL_ASSIGN_OR_RETURN(*fluxbin, quant::fluxbin::fit(all.data(), rows, cols, fo, t.name.c_str()));
+    out = fluxbin->blocks;
+    return ok_status();
+  }
   float g = 1.f;
   if (p.to == DType::kNVFP4) {
     std::vector<float> chunk_amax(static_cast<size_t>(n_chunks), 0.f);
@@ -408,32 +464,41 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& opts) {
   ThreadPool pool(opts.n_threads);
   std::vector<uint8_t> buffer;
   float global_scale = 1.f;  // of the last tensor converted; its companion follows it in the plan
+  quant::fluxbin::Matrix fluxbin;  // the last FluxBin fit; its companions follow it in the plan
   for (size_t k = 0; k < plan.size(); ++k) {
     const TensorPlan& p = plan[k];
     if (opts.cancel != nullptr && opts.cancel->load()) return error(ErrorCode::kIo, "{}: interrupted", opts.output);
     const uint8_t* bytes = p.in->data;
     if (p.global_scale) {
       bytes = reinterpret_cast<const uint8_t*>(&global_scale);
+    } else if (p.fluxbin_part == quant::fluxbin::kColsPart) {
+      bytes = reinterpret_cast<const uint8_t*>(fluxbin.col_scales.data());
+    } else if (p.fluxbin_part == quant::fluxbin::kSalientIdxPart) {
+      bytes = fluxbin.salient_idx.data();
+    } else if (p.fluxbin_part == quant::fluxbin::kSalientValsPart) {
+      bytes = fluxbin.salient_vals.data();
     } else if (p.quantize || p.reorder_only) {
-      Status st = convert_tensor(p, pool, buffer, opts, &global_scale);
+      Status st = convert_tensor(p, pool, buffer, opts, &global_scale, &fluxbin);
       if (!st.ok()) return error(st.code(), "{}: tensor '{}': {}", opts.output, p.in->name, st.message());
       bytes = buffer.data();
     }
     FRUGAL_RETURN_IF_ERROR(out.write(bytes, p.out_bytes));
     const uint64_t padded = (p.out_bytes + alignment - 1) / alignment * alignment;
     FRUGAL_RETURN_IF_ERROR(out.write_zeros(padded - p.out_bytes));
-    if (!p.global_scale) report.input_tensor_bytes += p.in->nbytes;
+    const bool companion = p.global_scale || p.fluxbin_part != nullptr;
+    if (!companion) report.input_tensor_bytes += p.in->nbytes;
     report.output_tensor_bytes += p.out_bytes;
     if (opts.on_tensor) {
       TensorProgress tp;
       tp.index = static_cast<int>(k) + 1;
       tp.count = static_cast<int>(plan.size());
       tp.name = p.global_scale ? global_scale_name(p.in->name) : p.in->name;
+      if (p.fluxbin_part != nullptr) tp.name = quant::fluxbin::companion_name(p.in->name, p.fluxbin_part);
       tp.from = p.global_scale ? DType::kF32 : p.in->type;
-      tp.to = p.to;
+      tp.to = p.fluxbin_part != nullptr ? p.part_type : p.to;
       tp.quantized = p.quantize;
       tp.used_imatrix = p.importance != nullptr;
-      tp.bytes_in = p.global_scale ? 0 : p.in->nbytes;
+      tp.bytes_in = companion ? 0 : p.in->nbytes;
       tp.bytes_out = p.out_bytes;
       opts.on_tensor(tp);
     }

@@ -30,6 +30,8 @@ const std::vector<Target>& all_targets() {
       {"NVFP4", FileType::kNVFP4, DType::kNVFP4, "4.5 bpw, E2M1 with an E4M3 scale per 16 and one per tensor"},
       {"HBQ_A", FileType::kHBQ_A, DType::kHBQ_A, "4.375 bpw, E2M1, UE5M3 scale per 128, 2-bit significand scale per 8"},
       {"HBQ_E", FileType::kHBQ_E, DType::kHBQ_E, "4.19 bpw, E2M1, UE5M3 scale per 128, 2-bit significand scale per 32"},
+      {"FLUXBIN", FileType::kFLUXBIN, DType::kFLUXBIN, "2.25 bpw + column scales, two binary bases, LUT GEMV"},
+      {"FLUXBIN_HYBRID", FileType::kFLUXBIN_HYBRID, DType::kFLUXBIN, "FLUXBIN + 8 salient columns per 128 at int4"},
       {"Q2_K", FileType::kQ2_K, DType::kQ2_K, "Q2_K, attn_v/ffn_down/attn_output raised"},
       {"Q2_K_S", FileType::kQ2_K_S, DType::kQ2_K, "Q2_K, fewer tensors raised; needs --imatrix"},
       {"Q3_K_S", FileType::kQ3_K_S, DType::kQ3_K, "Q3_K everywhere but output"},

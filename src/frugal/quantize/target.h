@@ -42,6 +42,8 @@ enum class FileType : uint32_t {
   // frugal's own, as the HBQ tensor type ids (core/dtype.h); llama.cpp knows neither.
   kHBQ_A = 1024,
   kHBQ_E = 1025,
+  kFLUXBIN = 1026,         // frugal's own (quant/fluxbin.h): FluxBin, every quantized tensor binary
+  kFLUXBIN_HYBRID = 1027,  // frugal's own: FluxBin with 8 salient columns per 128 kept at int4
 };
 
 struct Target {

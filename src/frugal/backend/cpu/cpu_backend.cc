@@ -6,6 +6,7 @@
 #include <new>
 
 #include "frugal/backend/cpu/simd_ops.h"
+#include "frugal/quant/fluxbin.h"
 #include "frugal/quant/simd_kernels.h"
 #include "frugal/quant/type_traits.h"
 
@@ -51,6 +52,12 @@ void CpuBackend::get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, 
     for (int64_t i = b; i < e; ++i) {
       float* dst = y + i * cols;
       const int32_t id = ids[i];
+      if (w.type == DType::kFLUXBIN && id >= 0 && id < w.rows) {
+        const quant::fluxbin::View v{w.rows, w.cols, w.fluxbin.salient, base, w.fluxbin.col_scales,
+                                     w.fluxbin.salient_idx, w.fluxbin.salient_vals};
+        quant::fluxbin::dequantize_row(v, id, dst);
+        continue;
+      }
       if (id < 0 || id >= w.rows || (to_float == nullptr && w.type != DType::kF32)) {
         // Out-of-range ids were rejected by the caller; never read outside the tensor.
         std::fill(dst, dst + cols, 0.f);

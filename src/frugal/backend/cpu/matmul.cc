@@ -24,6 +24,7 @@
 #include "frugal/backend/cpu/cpu_backend.h"
 #include "frugal/backend/cpu/float_gemm.h"
 #include "frugal/backend/cpu/simd_ops.h"
+#include "frugal/quant/fluxbin.h"
 #include "frugal/quant/simd_kernels.h"
 #include "frugal/quant/type_traits.h"
 
@@ -306,6 +307,39 @@ void CpuBackend::matmul_row_invariant(const WeightTensor& w, const float* x, int
   pool_.dispatch(rows_task, &j, ceil_div(j.rows, j.br), 1);
 }
 
+namespace {
+
+// FluxBin by its lookup-table GEMV (quant/fluxbin.h). One token: rows split over the threads,
+// each building the group tables for its rows. Several tokens: tokens split over the threads, each
+// table then serving every row. Each output depends on its token and row only, so results do
+// not change with the batch (row invariance holds by construction).
+void matmul_fluxbin(ThreadPool& pool, const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
+  const quant::fluxbin::View v{w.rows, w.cols, w.fluxbin.salient, static_cast<const uint8_t*>(w.data),
+                               w.fluxbin.col_scales, w.fluxbin.salient_idx, w.fluxbin.salient_vals};
+  thread_local std::vector<float> scratch;
+  auto finish = [&](float* yt, int64_t r0, int64_t r1) {
+    if (bias == nullptr) return;
+    for (int64_t r = r0; r < r1; ++r) yt[r] += bias[r];
+  };
+  if (n == 1) {
+    // One chunk per thread: every chunk builds all the group tables again.
+    const int64_t chunk = std::max<int64_t>(16, (w.rows + pool.size() - 1) / pool.size());
+    pool.parallel_for(w.rows, chunk, [&](int64_t b, int64_t e, int) {
+      quant::fluxbin::gemv_lut(v, x, y, b, e, scratch);
+      finish(y, b, e);
+    });
+    return;
+  }
+  pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t t = b; t < e; ++t) {
+      quant::fluxbin::gemv_lut(v, x + t * w.cols, y + t * w.rows, 0, w.rows, scratch);
+      finish(y + t * w.rows, 0, w.rows);
+    }
+  });
+}
+
+}  // namespace
+
 void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
   if (n <= 0 || w.rows <= 0) return;
   if (w.scale != 1.f) {
@@ -322,6 +356,10 @@ void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float*
         for (int64_t r = 0; r < rows; ++r) yt[r] = yt[r] * scale + (bias != nullptr ? bias[r] : 0.f);
       }
     });
+    return;
+  }
+  if (w.type == DType::kFLUXBIN) {
+    matmul_fluxbin(pool_, w, x, n, y, bias);
     return;
   }
   if (row_invariant_ && n > 1) {

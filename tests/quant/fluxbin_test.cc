@@ -1,0 +1,237 @@
+// FluxBin (quant/fluxbin.h): the fit's error history never rises and ends well below the greedy
+// start, the LUT GEMV equals the dequantize-and-dot reference on random shapes and inputs (pure
+// and hybrid), the stored bytes are what bits_per_weight counts, the hybrid stores salient
+// columns within half a step and picks the planted outlier / high-importance columns, and bad
+// shapes are refused with the tensor's name.
+#include "frugal/quant/fluxbin.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "frugal/core/half.h"
+
+namespace frugal {
+namespace {
+
+namespace fb = quant::fluxbin;
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.f, 0.05f);
+  std::vector<float> w(rows * cols);
+  for (float& v : w) v = n(rng);
+  return w;
+}
+
+double stored_error(const fb::Matrix& m, const std::vector<float>& w, const float* h = nullptr) {
+  std::vector<float> row(m.cols);
+  double err = 0;
+  for (int64_t o = 0; o < m.rows; ++o) {
+    fb::dequantize_row(fb::view_of(m), o, row.data());
+    for (int64_t j = 0; j < m.cols; ++j) {
+      const double d = w[o * m.cols + j] - row[j];
+      err += (h != nullptr ? h[j] : 1.0) * d * d;
+    }
+  }
+  return err;
+}
+
+TEST(FluxBin, ErrorHistoryNonIncreasingAndBelowGreedyStart) {
+  const int64_t rows = 48, cols = 384;
+  const std::vector<float> w = random_matrix(rows, cols, 1);
+  fb::FitOptions opt;
+  auto m = fb::fit(w.data(), rows, cols, opt);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const std::vector<double>& h = m->error_history;
+  ASSERT_GE(h.size(), 3u);
+  ASSERT_LE(h.size(), static_cast<size_t>(opt.max_iterations + 1));
+  for (size_t i = 1; i < h.size(); ++i) EXPECT_LE(h[i], h[i - 1] * (1 + 1e-9)) << "iteration " << i;
+  EXPECT_LT(h.back(), 0.9 * h.front());
+  // The stored f16 values reproduce the float fit up to rounding.
+  const double se = stored_error(*m, w);
+  EXPECT_NEAR(se, h.back(), 0.02 * h.back());
+  // A fit with one iteration stops there and is no better than the full one.
+  opt.max_iterations = 1;
+  auto m1 = fb::fit(w.data(), rows, cols, opt);
+  ASSERT_TRUE(m1.ok());
+  EXPECT_EQ(m1->error_history.size(), 2u);
+  EXPECT_GT(m1->error_history.back(), h.back());
+}
+
+TEST(FluxBin, StopsAfterPatienceRoundsOfSmallImprovement) {
+  const std::vector<float> w = random_matrix(16, 128, 8);
+  fb::FitOptions opt;
+  // Every round improves by less than 100 %: the fit stops after `patience` rounds.
+  opt.min_improvement = 1.0;
+  for (int patience : {1, 3}) {
+    opt.patience = patience;
+    auto m = fb::fit(w.data(), 16, 128, opt);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->error_history.size(), static_cast<size_t>(patience + 1));
+  }
+  // With the default threshold it runs until the improvement fades, within max_iterations.
+  auto full = fb::fit(w.data(), 16, 128, {});
+  ASSERT_TRUE(full.ok());
+  const std::vector<double>& h = full->error_history;
+  ASSERT_GT(h.size(), 4u);
+  if (h.size() < 51u) {
+    for (size_t i = h.size() - 3; i < h.size(); ++i) EXPECT_LE(h[i - 1] - h[i], 1e-6 * h[i - 1]);
+  }
+}
+
+TEST(FluxBin, BeatsOneBitSignTimesMeanPerRowGroup) {
+  // Independent yardstick: 1-bit sign * mean|w| per (row, group); two bases with fitted row and
+  // column scales must do clearly better on Gaussian weights.
+  const int64_t rows = 32, cols = 256;
+  const std::vector<float> w = random_matrix(rows, cols, 2);
+  double one_bit = 0;
+  for (int64_t o = 0; o < rows; ++o) {
+    for (int64_t g = 0; g < cols / 128; ++g) {
+      double mean = 0;
+      for (int j = 0; j < 128; ++j) mean += std::fabs(w[o * cols + g * 128 + j]);
+      mean /= 128;
+      for (int j = 0; j < 128; ++j) {
+        const float x = w[o * cols + g * 128 + j];
+        const double d = x - (x < 0 ? -mean : mean);
+        one_bit += d * d;
+      }
+    }
+  }
+  auto m = fb::fit(w.data(), rows, cols, {});
+  ASSERT_TRUE(m.ok());
+  EXPECT_LT(stored_error(*m, w), 0.5 * one_bit);
+}
+
+TEST(FluxBin, LutGemvEqualsReferenceOnRandomShapes) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<float> scratch;
+  for (int salient : {0, 8}) {
+    for (int64_t rows : {1, 7, 33}) {
+      for (int64_t cols : {128, 384, 1024}) {
+        const std::vector<float> w = random_matrix(rows, cols, static_cast<uint32_t>(rows * 131 + cols + salient));
+        fb::FitOptions opt;
+        opt.salient = salient;
+        opt.max_iterations = 5;
+        auto m = fb::fit(w.data(), rows, cols, opt);
+        ASSERT_TRUE(m.ok());
+        const fb::View v = fb::view_of(*m);
+        for (int trial = 0; trial < 3; ++trial) {
+          std::vector<float> x(cols);
+          for (float& e : x) e = n(rng);
+          std::vector<float> ref(rows), lut(rows);
+          fb::gemv_reference(v, x.data(), ref.data(), 0, rows);
+          fb::gemv_lut(v, x.data(), lut.data(), 0, rows, scratch);
+          std::vector<float> row(cols);
+          for (int64_t o = 0; o < rows; ++o) {
+            fb::dequantize_row(v, o, row.data());
+            double mag = 0;
+            for (int64_t j = 0; j < cols; ++j) mag += std::fabs(row[j] * x[j]);
+            EXPECT_NEAR(lut[o], ref[o], 1e-5 * mag + 1e-6)
+                << "salient " << salient << " rows " << rows << " cols " << cols << " row " << o;
+          }
+          // A sub-range writes only its rows.
+          if (rows > 2) {
+            std::vector<float> part(rows, 12345.f);
+            fb::gemv_lut(v, x.data(), part.data(), 1, rows - 1, scratch);
+            EXPECT_EQ(part[0], 12345.f);
+            EXPECT_EQ(part[rows - 1], 12345.f);
+            for (int64_t o = 1; o < rows - 1; ++o) EXPECT_EQ(part[o], lut[o]);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(FluxBin, BitsPerWeightMatchStoredBytes) {
+  for (int salient : {0, 8}) {
+    const int64_t rows = 20, cols = 256;
+    const std::vector<float> w = random_matrix(rows, cols, 3);
+    fb::FitOptions opt;
+    opt.salient = salient;
+    opt.max_iterations = 2;
+    auto m = fb::fit(w.data(), rows, cols, opt);
+    ASSERT_TRUE(m.ok());
+    const double bytes = static_cast<double>(m->blocks.size() + m->col_scales.size() * 2 + m->salient_idx.size() +
+                                             m->salient_vals.size());
+    EXPECT_DOUBLE_EQ(fb::bits_per_weight(rows, cols, salient), bytes * 8 / (rows * cols));
+  }
+  // Large matrices: 36 bytes per 128 (2.25 bits) plus 6 bytes per 128 (0.375) for 8 salient.
+  EXPECT_NEAR(fb::bits_per_weight(4096, 4096, 0), 2.25, 0.01);
+  EXPECT_NEAR(fb::bits_per_weight(4096, 4096, 8), 2.625, 0.01);
+}
+
+TEST(FluxBin, HybridKeepsPlantedOutlierColumnsAndImportanceSteers) {
+  const int64_t rows = 64, cols = 256;
+  std::vector<float> w = random_matrix(rows, cols, 4);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> big(0.f, 1.f);
+  const std::vector<int> outliers = {3, 77, 130, 250};
+  for (int64_t o = 0; o < rows; ++o) {
+    for (int j : outliers) w[o * cols + j] = big(rng);
+  }
+  fb::FitOptions pure_opt;
+  auto pure = fb::fit(w.data(), rows, cols, pure_opt);
+  fb::FitOptions hyb_opt;
+  hyb_opt.salient = 8;
+  auto hyb = fb::fit(w.data(), rows, cols, hyb_opt);
+  ASSERT_TRUE(pure.ok() && hyb.ok());
+  for (int j : outliers) {
+    const int g = j / 128;
+    const auto* idx = &hyb->salient_idx[g * 8];
+    EXPECT_TRUE(std::find(idx, idx + 8, static_cast<uint8_t>(j % 128)) != idx + 8) << "column " << j;
+  }
+  const double pure_err = stored_error(*pure, w), hyb_err = stored_error(*hyb, w);
+  std::printf("  planted outliers: squared error pure %.4f, hybrid %.4f\n", pure_err, hyb_err);
+  EXPECT_LT(hyb_err, 0.75 * pure_err);
+  // Salient columns leave the binary part (c = 0 there), and each salient element is within half
+  // a step of its row-group scale.
+  std::vector<float> row(cols);
+  const int64_t srb = fb::salient_row_bytes(8);
+  for (int64_t o = 0; o < rows; ++o) {
+    fb::dequantize_row(fb::view_of(*hyb), o, row.data());
+    for (int g = 0; g < 2; ++g) {
+      uint16_t sh;
+      std::memcpy(&sh, &hyb->salient_vals[(o * 2 + g) * srb], 2);
+      const float sc = fp16_to_f32(sh);
+      for (int t = 0; t < 8; ++t) {
+        const int j = g * 128 + hyb->salient_idx[g * 8 + t];
+        EXPECT_EQ(hyb->col_scales[j], 0);
+        EXPECT_EQ(hyb->col_scales[cols + j], 0);
+        EXPECT_LE(std::fabs(row[j] - w[o * cols + j]), 0.5f * sc * 1.001f + 1e-7f);
+      }
+    }
+  }
+  // With flat weights an importance spike decides which columns are salient.
+  const std::vector<float> flat = random_matrix(rows, cols, 6);
+  std::vector<float> imp(cols, 1.f);
+  const std::vector<int> hot = {10, 20, 30, 40, 50, 60, 70, 80};
+  for (int j : hot) imp[j] = 1000.f;
+  hyb_opt.importance = imp.data();
+  auto steered = fb::fit(flat.data(), rows, cols, hyb_opt);
+  ASSERT_TRUE(steered.ok());
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(steered->salient_idx[t], hot[t]);
+}
+
+TEST(FluxBin, RefusesColumnsNotMultipleOf128WithTensorName) {
+  std::vector<float> w(4 * 200, 0.1f);
+  auto m = fb::fit(w.data(), 4, 200, {}, "blk.3.ffn_down.weight");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("blk.3.ffn_down.weight"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("128"), std::string::npos);
+  fb::FitOptions odd;
+  odd.salient = 3;
+  std::vector<float> w2(4 * 128, 0.1f);
+  EXPECT_FALSE(fb::fit(w2.data(), 4, 128, odd).ok());
+}
+
+}  // namespace
+}  // namespace frugal
