@@ -14,6 +14,7 @@
 #include "frugal/eval/harness.h"
 #include "frugal/eval/task.h"
 #include "frugal/kv/kv_cache.h"
+#include "frugal/quant/w8a8/fault_injection.h"
 #include "frugal/quantize/w8a8_backend.h"
 
 namespace frugal::cli {
@@ -34,6 +35,7 @@ struct ConformanceArgs {
   int64_t task_length = 256;
   bool per_layer = false;
   bool scales_only = true;
+  bool faults = false;
   EngineFlags engine;
 };
 
@@ -173,6 +175,63 @@ Paired paired_by_window(const std::vector<float>& a, const std::vector<float>& b
   return p;
 }
 
+// The fault-injection suite: kernel A (the model's) against each fault kernel
+// (quant/w8a8/fault_injection.h) on identical operands from every linear layer over the prompts'
+// greedy runs, with the original scales. Per fault: what a one-spacing tolerance test concludes,
+// what the bitwise probe concludes, and how many greedy generations the fault changes end to end.
+int fault_suite(const ConformanceArgs& a, Model& model, Backend& cpu, const w8::Int8GemmKernel& ka,
+                const std::vector<std::vector<TokenId>>& prompts, TokenId eos, DType kv_dtype, w8::OutputType out,
+                int threads) {
+  const std::string cmd = "conformance";
+  W8A8Options o;
+  o.out = out;
+  o.n_threads = threads;
+  o.kernel = &ka;
+  auto reference = W8A8Backend::create(model, cpu, o);
+  if (!reference.ok()) return fail(cmd, reference.status().message());
+  std::vector<std::vector<TokenId>> expected;
+  for (const auto& p : prompts) {
+    auto g = greedy(model, **reference, p, a.n_new, eos, kv_dtype);
+    if (!g.ok()) return fail(cmd, g.status().message());
+    expected.push_back(*g);
+  }
+  std::printf("\nfault injection (kernel A = %s, original scales, output %s; layers over the prompts' greedy runs):\n\n",
+              std::string(ka.name()).c_str(), w8::output_type_name(out));
+  std::printf("| fault | epilogue | layers differing | outputs differing | max spacings | 1-spacing tolerance test | "
+              "bitwise probe | greedy generations unchanged |\n|---|---|---:|---:|---:|---|---|---:|\n");
+  for (const std::string& name : w8::fault_names()) {
+    const w8::Int8GemmKernel* kf = w8::find_fault_kernel(name);
+    o.kernel = &ka;
+    o.shadow = kf;
+    auto probe = W8A8Backend::create(model, cpu, o);
+    if (!probe.ok()) return fail(cmd, probe.status().message());
+    for (const auto& p : prompts) {
+      auto g = greedy(model, **probe, p, a.n_new, eos, kv_dtype);
+      if (!g.ok()) return fail(cmd, g.status().message());
+    }
+    const LayerSummary s = summarize((*probe)->layer_stats());
+    // A tolerance test sees outputs only: it passes when every one is within one spacing.
+    const bool tolerance_passes = s.max_spacings <= 1;
+    const bool bitwise_catches = s.differing > 0;
+    o.kernel = kf;
+    o.shadow = nullptr;
+    auto faulty = W8A8Backend::create(model, cpu, o);
+    if (!faulty.ok()) return fail(cmd, faulty.status().message());
+    int unchanged = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto g = greedy(model, **faulty, prompts[i], a.n_new, eos, kv_dtype);
+      if (!g.ok()) return fail(cmd, g.status().message());
+      unchanged += *g == expected[i] ? 1 : 0;
+    }
+    std::printf("| %s | `%s` | %d/%d | %lld of %lld | %lld | %s | %s | %d/%zu |\n", name.c_str(),
+                std::string(kf->epilogue()).c_str(), s.total - s.identical, s.total, static_cast<long long>(s.differing),
+                static_cast<long long>(s.outputs), static_cast<long long>(s.max_spacings),
+                tolerance_passes ? (bitwise_catches ? "passes (fault missed)" : "passes") : "fails (fault caught)",
+                bitwise_catches ? "fails (fault caught)" : "passes (no difference)", unchanged, prompts.size());
+  }
+  return 0;
+}
+
 int conformance_cmd(const ConformanceArgs& a) {
   const std::string cmd = "conformance";
   GenerateOptions engine_opts;
@@ -230,6 +289,8 @@ int conformance_cmd(const ConformanceArgs& a) {
               model.describe_types().c_str(), std::string(ka->name()).c_str(), std::string(ka->epilogue()).c_str(),
               std::string(kb->name()).c_str(), std::string(kb->epilogue()).c_str(), w8::output_type_name(out),
               threads);
+
+  if (a.faults) return fault_suite(a, model, *cpu, *ka, prompt_tokens, tok.eos(), kv_dtype, out, threads);
 
   std::vector<W8A8Scales> rules = {W8A8Scales::kOriginal, W8A8Scales::kPow2};
   if (a.scales_only && !text_tokens.empty()) rules.push_back(W8A8Scales::kScalesOnly);
@@ -323,6 +384,10 @@ RunFn setup(CLI::App& app) {
   app.add_option("--kernel-b", a->kernel_b, "INT8 kernel compared with it")->capture_default_str();
   app.add_option("--out-type", a->out_type, "output type of the INT8 products: bf16 or f32")->capture_default_str();
   app.add_flag("--layers", a->per_layer, "print every layer's comparison");
+  app.add_flag("--faults", a->faults,
+               "instead: the fault-injection suite, kernel A against each injected epilogue fault (scale precision, "
+               "double rounding, multiplication order, output truncation, fused ordering, an int16 accumulator): what a "
+               "one-spacing tolerance test and the bitwise probe conclude");
   app.add_flag("!--no-scales-only", a->scales_only,
                "skip the perplexity of power-of-two scales written without requantizing the weights");
   add_engine_flags(app, a->engine, {}, {"--threads", "--kv-type"});

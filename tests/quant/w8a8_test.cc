@@ -13,6 +13,7 @@
 #include "frugal/core/half.h"
 #include "frugal/core/thread_pool.h"
 #include "frugal/quant/methods/pow2_scales.h"
+#include "frugal/quant/w8a8/fault_injection.h"
 #include "frugal/quant/w8a8/int8_gemm.h"
 #include "frugal/quant/w8a8/w8a8.h"
 
@@ -319,6 +320,75 @@ TEST(W8A8, SpacingsAreCountedAcrossSignsAndBinades) {
   EXPECT_EQ(spacings_apart(below_two, 2.f, OutputType::kBF16), 1);
   EXPECT_EQ(find_int8_kernel("nope"), nullptr);
   EXPECT_EQ(int8_kernel_names().size(), 2u);
+}
+
+
+// The fault-injection kernels against the unchanged scale_product kernel on fresh random operands
+// (int8 values over the whole range, K = 1024, so sums exceed 16 bits; scales and a bias of
+// comparable size): the bitwise probe sees every fault in one output type or the other, the
+// epilogue-order faults stay within one bf16 spacing (a one-spacing tolerance test passes them), the
+// int16 accumulator breaks the sum by far more, and fusing is inert without a bias. The one-spacing
+// bound is asserted where it is a theorem: without a bias (two reals within 2^-9 of each other
+// round to bf16 values at most one apart); with one, cancellation can stretch any fault.
+TEST(W8A8Faults, BitwiseProbeSeesEveryFaultToleranceOnlyTheGrossOne) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  constexpr int64_t kN = 8, kRows = 128, kK = 1024;
+  Layer L;
+  std::uniform_int_distribution<int> q(-127, 127);
+  std::uniform_real_distribution<float> log_scale(-4.f, -2.f);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  L.w.rows = kRows;
+  L.w.cols = kK;
+  for (int64_t i = 0; i < kRows * kK; ++i) L.w.q.push_back(static_cast<int8_t>(q(rng)));
+  for (int64_t r = 0; r < kRows; ++r) L.w.scale.push_back(std::pow(10.f, log_scale(rng)));
+  L.a.n = kN;
+  L.a.cols = kK;
+  for (int64_t i = 0; i < kN * kK; ++i) L.a.q.push_back(static_cast<int8_t>(q(rng)));
+  for (int64_t t = 0; t < kN; ++t) L.a.scale.push_back(std::pow(10.f, log_scale(rng)));
+  for (int64_t r = 0; r < kRows; ++r) L.bias.push_back(normal(rng) * 1e-3f);
+  const Int8GemmKernel& ref = scale_product_kernel();
+  std::vector<int32_t> acc_ref;
+  const std::vector<float> bf_ref = run(ref, L, L.bias.data(), OutputType::kBF16, &acc_ref);
+  const std::vector<float> f32_ref = run(ref, L, L.bias.data(), OutputType::kF32);
+  const std::vector<float> nobias_ref = run(ref, L, nullptr, OutputType::kF32);
+  const std::vector<float> nobias_bf_ref = run(ref, L, nullptr, OutputType::kBF16);
+  ASSERT_EQ(fault_names().size(), 6u);
+  EXPECT_EQ(find_fault_kernel("no_such_fault"), nullptr);
+  const auto differing = [](const std::vector<float>& a, const std::vector<float>& b) {
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
+    return n;
+  };
+  for (const std::string& name : fault_names()) {
+    SCOPED_TRACE(name);
+    const Int8GemmKernel* f = find_fault_kernel(name);
+    ASSERT_NE(f, nullptr);
+    std::vector<int32_t> acc;
+    const std::vector<float> bf = run(*f, L, L.bias.data(), OutputType::kBF16, &acc);
+    const std::vector<float> f32 = run(*f, L, L.bias.data(), OutputType::kF32);
+    const std::vector<float> nobias_bf = run(*f, L, nullptr, OutputType::kBF16);
+    int64_t max_spacings = 0, max_spacings_nobias = 0;
+    for (size_t i = 0; i < bf.size(); ++i) {
+      max_spacings = std::max(max_spacings, spacings_apart(bf[i], bf_ref[i], OutputType::kBF16));
+      max_spacings_nobias =
+          std::max(max_spacings_nobias, spacings_apart(nobias_bf[i], nobias_bf_ref[i], OutputType::kBF16));
+    }
+    EXPECT_GT(differing(bf, bf_ref) + differing(f32, f32_ref), 0) << "the bitwise probe must see the fault";
+    if (name != "accumulator_wrap") {
+      EXPECT_LE(max_spacings_nobias, 1) << "this fault moves a bf16 output by at most one spacing";
+    }
+    if (name == "accumulator_wrap") {
+      EXPECT_GT(max_spacings, 1) << "a wrapped int16 sum is far off";
+      EXPECT_NE(acc, acc_ref);
+    } else {
+      EXPECT_EQ(acc, acc_ref) << "only the epilogue is changed";
+    }
+    if (name == "fused_ordering") {
+      EXPECT_EQ(differing(run(*f, L, nullptr, OutputType::kF32), nobias_ref), 0) << "fma(a, b, 0) is a * b";
+    }
+  }
 }
 
 }  // namespace
