@@ -68,7 +68,7 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
       {"--kv-seed x7", "--kv-seed: 'x7' is not an unsigned 64-bit integer"},
       {"--threads -1", "--threads: -1 is negative (0: all cores)"},
       {"--device tpu", "--device 'tpu': expected cpu or cuda"},
-      {"--spec medusa", "--spec: speculative method 'medusa' is not none, draft, ngram, layerskip, swift or conflayers"},
+      {"--spec medusa", "--spec: speculative method 'medusa' is not none, draft, ngram, layerskip, swift, conflayers or memspec"},
       {"--spec-k 0", "--spec-k: 0 is not in [1, 32]"},
       {"--spec-candidates 9", "--spec-candidates: 9 is not in [1, 8]"},
       {"--spec-candidates two", "--spec-candidates: 'two' is not a number"},
@@ -77,6 +77,8 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
       {"--spec-search-every 0", "--spec-search-every: 0 must be at least 1 (drafting calls between search steps)"},
       {"--spec-seed -3", "--spec-seed: '-3' is not an unsigned 64-bit integer"},
       {"--spec-rule spectr", "--spec-rule: multi-candidate rule 'spectr' is not standard or resispec"},
+      {"--spec-selector greedy", "--spec-selector: draft selector 'greedy' is not predict or bandit"},
+      {"--spec-drafts ngram,,a.gguf", "--spec-drafts: empty entry in 'ngram,,a.gguf'"},
       {"--draft-memory 3Q", "--draft-memory: '3Q' is not a size"},
       {"--spec ngram --draft x.gguf", "--draft: a draft model is for --spec draft, not --spec ngram"},
   };
