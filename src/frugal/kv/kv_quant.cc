@@ -162,8 +162,6 @@ float hbq_micro_error(const float* x, float d) {
   return err;
 }
 
-int hbq_block_words(int l1) { return 1 + (l1 / kKvHbqMicro + 7) / 8; }
-
 }  // namespace
 
 int kv_hbq_block(int head_dim) {
@@ -175,11 +173,11 @@ int kv_hbq_block(int head_dim) {
 
 int kv_hbq_param_words(int head_dim) {
   const int l1 = kv_hbq_block(head_dim);
-  return l1 > 0 ? head_dim / l1 * hbq_block_words(l1) : 0;
+  return l1 > 0 ? head_dim / l1 * kv_hbq_block_words(l1) : 0;
 }
 
 void kv_hbq_quantize_row(const float* src, int head_dim, uint8_t* codes, uint16_t* params) {
-  const int l1 = kv_hbq_block(head_dim), words = hbq_block_words(l1), micros = l1 / kKvHbqMicro;
+  const int l1 = kv_hbq_block(head_dim), words = kv_hbq_block_words(l1), micros = l1 / kKvHbqMicro;
   const int32_t* alpha = sig1_eighths();
   std::fill(codes, codes + head_dim / 2, uint8_t{0});
   for (int b = 0; b < head_dim / l1; ++b) {
@@ -232,7 +230,7 @@ void kv_hbq_quantize_row(const float* src, int head_dim, uint8_t* codes, uint16_
 }
 
 float kv_hbq_half_step(const uint16_t* params, int head_dim, int m) {
-  const int l1 = kv_hbq_block(head_dim), words = hbq_block_words(l1), micros = l1 / kKvHbqMicro;
+  const int l1 = kv_hbq_block(head_dim), words = kv_hbq_block_words(l1), micros = l1 / kKvHbqMicro;
   const uint16_t* p = params + (m / micros) * words;
   const int mm = m % micros;
   const int c = (p[1 + mm / 8] >> (2 * (mm % 8))) & 3;

@@ -62,8 +62,9 @@ inline constexpr int kKvHbqMicro = 8;
 // The L1 block: the whole row up to 128 channels (the paper's 128 where the head is that wide),
 // else 128 or 64 where it divides the row; 0 where neither fits (kv-quant hbq refused).
 int kv_hbq_block(int head_dim);
-// uint16 words of params per row.
+// uint16 words of params per row, and per L1 block of l1 channels.
 int kv_hbq_param_words(int head_dim);
+inline int kv_hbq_block_words(int l1) { return 1 + (l1 / kKvHbqMicro + 7) / 8; }
 void kv_hbq_quantize_row(const float* src, int head_dim, uint8_t* codes, uint16_t* params);
 void kv_hbq_dequantize_row(const uint8_t* codes, const uint16_t* params, int head_dim, float* out);
 // The step of micro-block m (channels [8m, 8m + 8)) of a row, divided by 2 so that it multiplies

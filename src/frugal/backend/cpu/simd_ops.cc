@@ -17,6 +17,7 @@
 
 #include "frugal/backend/cpu/simd_ops.h"
 #include "frugal/core/half.h"
+#include "frugal/quant/hbq.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace frugal::cpu {
@@ -213,10 +214,11 @@ HWY_INLINE void DequantRow(const uint8_t* codes, const float* lo, const float* s
   }
 }
 
-// hbq rows (kv_quant.h): E2M1 codes are looked up as doubled value + 12 (0..24, so DequantRow's
-// unsigned codes carry them) and decoded as (code + 12) * step - 12 * step with step the micro-
-// block's half step; every product and the sum are exact in float (a 9-bit step times a value
-// below 32), so this equals kv_hbq_dequantize_row bit for bit.
+// hbq rows (kv_quant.h): E2M1 codes are looked up as doubled value + 12 (0..24, unsigned) and
+// decoded as (code + 12) * h - 12 * h with h the micro-block's half step, one FMA per vector;
+// every product and the sum are exact in float (a 9-bit step times a value below 32), so this
+// equals kv_hbq_dequantize_row bit for bit. Vectors of at most 8 lanes, so one micro-block of 8
+// channels shares one broadcast step.
 constexpr int kHbqBias = 12;
 
 void HbqCodesRow(const uint8_t* q, int dim, uint8_t* tmp) {
@@ -232,18 +234,29 @@ void HbqCodesRow(const uint8_t* q, int dim, uint8_t* tmp) {
 }
 
 void DequantHbqRows(const uint8_t* codes, const uint16_t* params, int code_bytes, int words, int dim, int32_t t0,
-                    int32_t t1, float* out, uint8_t* tmp, float* step, float* lo) {
+                    int32_t t1, float* out, uint8_t* tmp) {
+  const hn::CappedTag<float, kKvHbqMicro> d;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int N = static_cast<int>(hn::Lanes(d));
+  const int l1 = kv_hbq_block(dim), micros = l1 / kKvHbqMicro, bw = kv_hbq_block_words(l1);
+  const int32_t* alpha = quant::kHbqAlphaEighths[static_cast<int>(quant::HbqAlphaSet::kSig1)];
   for (int32_t t = t0; t < t1; ++t) {
     const uint16_t* p = params + static_cast<size_t>(t) * words;
-    for (int m = 0; m < dim / kKvHbqMicro; ++m) {
-      const float hs = kv_hbq_half_step(p, dim, m);
-      for (int j = 0; j < kKvHbqMicro; ++j) {
-        step[m * kKvHbqMicro + j] = hs;
-        lo[m * kKvHbqMicro + j] = -static_cast<float>(kHbqBias) * hs;
+    HbqCodesRow(codes + static_cast<size_t>(t) * code_bytes, dim, tmp);
+    float* o = out + static_cast<size_t>(t - t0) * dim;
+    for (int b = 0; b < dim / l1; ++b, p += bw) {
+      const float sv = quant::ue5m3_to_f32(static_cast<uint8_t>(p[0] & 0xFF)) * 0.0625f;
+      for (int m = 0; m < micros; ++m) {
+        const float hs = sv * static_cast<float>(alpha[(p[1 + m / 8] >> (2 * (m % 8))) & 3]);
+        const auto s = hn::Set(d, hs), lo = hn::Set(d, -static_cast<float>(kHbqBias) * hs);
+        const int c0 = b * l1 + m * kKvHbqMicro;
+        for (int c = c0; c < c0 + kKvHbqMicro; c += N) {
+          const auto x = hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, tmp + c)));
+          hn::StoreU(hn::MulAdd(x, s, lo), d, o + c);
+        }
       }
     }
-    HbqCodesRow(codes + static_cast<size_t>(t) * code_bytes, dim, tmp);
-    DequantRow<false>(tmp, lo, step, dim, out + static_cast<size_t>(t - t0) * dim);
   }
 }
 
@@ -256,8 +269,8 @@ void DequantKvBlock(const KvCache::QuantHeadView& h, int dim, int32_t k0, int32_
   alignas(64) float lo[kMaxQuantHeadDim];
   if (h.hbq_words > 0) {
     if (k0 < qend) {
-      DequantHbqRows(h.k_codes, h.k_params, h.code_bytes, h.hbq_words, dim, k0, qend, k, tmp, step, lo);
-      DequantHbqRows(h.v_codes, h.v_params, h.code_bytes, h.hbq_words, dim, k0, qend, v, tmp, step, lo);
+      DequantHbqRows(h.k_codes, h.k_params, h.code_bytes, h.hbq_words, dim, k0, qend, k, tmp);
+      DequantHbqRows(h.v_codes, h.v_params, h.code_bytes, h.hbq_words, dim, k0, qend, v, tmp);
     }
   } else {
     // Keys: (step, min) per channel, shared by the kKvGroup slots of a group.
