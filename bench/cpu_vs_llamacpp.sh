@@ -18,7 +18,7 @@
 #                       every repetition of every round is one sample of the mean
 #   --kv-models LIST    models for the quantized-KV decode table, comma-separated: "default" (the
 #                       shipped model) or PRESET:TYPE (default: default,tinyllama-1.1b:Q4_0; "none"
-#                       skips the table). frugal only: decode tok/s with F16, int8, int4 and hyquant
+#                       skips the table). frugal only: decode tok/s with F16, int8, int4, hyquant and hbq
 #                       caches at each --kv-depths context (filled with random rows: --fill-depth)
 #   --kv-depths LIST    contexts for that table (default 1024,4096,16384)
 #   --kv-gen N          decode steps per measurement there (default 32)
@@ -277,7 +277,7 @@ for entry in "${kv_entries[@]}"; do
   printf '%s\t%s\t%s\n' "$label" "$path" "$(cut -d' ' -f1 /proc/loadavg)" >"$work/$tag.kvmodel"
   echo "cpu_vs_llamacpp: === quantized KV: $label ($path)" >&2
   for d in "${kv_depth_list[@]}"; do
-    for q in none int8 int4 hyquant; do
+    for q in none int8 int4 hyquant hbq; do
       run_logged "$work/$tag.$d.$q.json" "$work/$tag.$d.$q.err" "$frugal" bench -m "$path" -t "$threads" -p 0 \
         -n "$kv_gen" -d "$d" --fill-depth --kv-quant "$q" -r "$reps" --json
     done

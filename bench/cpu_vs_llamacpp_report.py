@@ -103,12 +103,12 @@ def fmt_fraction(tps, bw, bpt):
 
 
 def kv_table(work):
-    """Decode tok/s per (model, context) for F16/int8/int4/hyquant caches, and the ratios to F16."""
-    quants = ["none", "int8", "int4", "hyquant"]
+    """Decode tok/s per (model, context) for F16/int8/int4/hyquant/hbq caches, and the ratios to F16."""
+    quants = ["none", "int8", "int4", "hyquant", "hbq"]
     rows = [
-        "| model | context | F16 tok/s | int8 tok/s | int4 tok/s | hyquant tok/s | int8 / F16 | int4 / F16 "
-        "| hyquant / F16 | load |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | context | F16 tok/s | int8 tok/s | int4 tok/s | hyquant tok/s | hbq tok/s | int8 / F16 "
+        "| int4 / F16 | hyquant / F16 | hbq / F16 | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     any_row = False
     for model_file in sorted(glob.glob(os.path.join(work, "kv*.kvmodel"))):

@@ -32,7 +32,7 @@ constexpr FlagRow kFlags[] = {
     {"kv-buffer", "--kv-buffer", "INT", "newest tokens never evicted; rounds every this many steps", "64"},
     {"kv-protect-prompt", "--kv-protect-prompt", "", "never evict prompt tokens (inside the budget)", nullptr},
     {"kv-seed", "--kv-seed", "UINT", "seed of random eviction", "0"},
-    {"kv-quant", "--kv-quant", "TEXT", "KV quantization: none, int8, int4 or hyquant (with any policy)", nullptr},
+    {"kv-quant", "--kv-quant", "TEXT", "KV quantization: none, int8, int4, hyquant or hbq (with any policy)", nullptr},
     {"kv-memory", "--kv-memory", "TEXT",
      "KV memory budget, e.g. 256MiB: sets the capacity and an evicting policy's budget for this model and kv-quant",
      nullptr},

@@ -1,4 +1,4 @@
-// Attention over quantized KV caches (int8, int4, hyquant): the CPU kernel, which dequantizes
+// Attention over quantized KV caches (int8, int4, hyquant, hbq): the CPU kernel, which dequantizes
 // inside each work item, against a double-precision softmax over the rows the cache dequantizes
 // to (tight), and against attention over the original full-precision K/V (bounded by the format).
 #include <gtest/gtest.h>
@@ -71,7 +71,7 @@ TEST(AttentionKvQuant, MatchesReferenceOverDequantizedRowsAndStaysNearFullPrecis
   const auto q = random_floats(rng, pos.size() * n_head * d);
   const auto exact = reference(q, pos, k_full, v_full, p);
   double err8 = 0, err4 = 0;
-  for (KvQuant kq : {KvQuant::kInt8, KvQuant::kInt4, KvQuant::kHyQuant}) {
+  for (KvQuant kq : {KvQuant::kInt8, KvQuant::kInt4, KvQuant::kHyQuant, KvQuant::kHbq}) {
     SCOPED_TRACE(kv_quant_name(kq));
     KvCacheOptions ko;
     ko.n_layer = 1;
@@ -114,13 +114,13 @@ TEST(AttentionKvQuant, MatchesReferenceOverDequantizedRowsAndStaysNearFullPrecis
 
 // The SIMD loader the attention uses reads quantized heads as read_rows (its reference) does:
 // key groups cut by the block, the FP16 residual, hyquant's FP16 copies of hot slots; on every
-// target, for 8- and 4-bit codes.
+// target, for 8- and 4-bit codes and hbq's rows.
 TEST(AttentionKvQuant, SimdBlockLoaderMatchesReadRows) {
   std::mt19937 rng(17);
   const int d = 64, n_head_kv = 2, n = 203;
   const auto keys = random_floats(rng, static_cast<size_t>(n) * n_head_kv * d, 1.5f);
   const auto vals = random_floats(rng, static_cast<size_t>(n) * n_head_kv * d);
-  for (KvQuant kq : {KvQuant::kInt8, KvQuant::kInt4, KvQuant::kHyQuant}) {
+  for (KvQuant kq : {KvQuant::kInt8, KvQuant::kInt4, KvQuant::kHyQuant, KvQuant::kHbq}) {
     SCOPED_TRACE(kv_quant_name(kq));
     KvCacheOptions ko;
     ko.n_layer = 1;

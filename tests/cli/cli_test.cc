@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/run_frugal.h"
 #include "cli/tiny_model.h"
 #include "frugal/format/gguf.h"
@@ -281,6 +283,31 @@ TEST(CliSimdOverride, UnknownTargetIsRefusedAndAListedOneRuns) {
   unsetenv("FRUGAL_SIMD");
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("\"simd_target\": \"" + last + "\""), std::string::npos) << ok.out.substr(0, 2000);
+}
+
+// `run --kv-quant hbq` on the committed model, against the same run with the F16 cache: it runs,
+// reports the format, generates the tokens asked for, and the quantized rows (all but the newest
+// 0-31 of each head) take fewer bytes than F16 ones.
+TEST(CliKvQuant, RunWithHbqOnTheDefaultModel) {
+  const std::string model = std::string(FRUGAL_SOURCE_DIR) + "/models/default.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "models/default.gguf missing";
+  nlohmann::json out[2];
+  const char* quants[2] = {"none", "hbq"};
+  for (int i = 0; i < 2; ++i) {
+    const CmdResult r = run_frugal("run -m " + model +
+                                   " -p 'Once upon a time there was a little red fox who' -n 96 --temp 0 --ignore-eos"
+                                   " -t 2 --json --kv-quant " + quants[i]);
+    ASSERT_EQ(r.exit_code, 0) << quants[i] << ": " << r.err;
+    out[i] = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(out[i].is_discarded()) << r.out.substr(0, 2000);
+  }
+  EXPECT_EQ(out[1]["kv"]["quant"], "hbq");
+  EXPECT_EQ(out[1]["tokens"].size(), 96u);
+  EXPECT_FALSE(out[1]["text"].get<std::string>().empty());
+  const auto f16 = out[0]["kv"]["peak_used_bytes"].get<uint64_t>();
+  const auto hbq = out[1]["kv"]["peak_used_bytes"].get<uint64_t>();
+  EXPECT_GT(hbq, 0u);
+  EXPECT_LT(hbq, f16 / 2) << "hbq " << hbq << " vs F16 " << f16;
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
   };
   const std::vector<Case> cases = {
       {"--kv-type f8", "--kv-type: 'f8' is not f16 or f32"},
-      {"--kv-quant int3", "--kv-quant: 'int3' is not none, int8, int4 or hyquant"},
+      {"--kv-quant int3", "--kv-quant: 'int3' is not none, int8, int4, hyquant or hbq"},
       {"--kv-memory 12X", "--kv-memory: '12X' is not a size (e.g. 256MiB, 2G, 1048576)"},
       {"--kv-policy bogus", "--kv-policy: kv policy 'bogus' is unknown"},
       {"--kv-budget abc", "--kv-budget: 'abc' is not a number"},

@@ -34,7 +34,7 @@ float half_step(float lo, float hi, int bits) {
 }
 
 TEST(KvQuant, ParseAndNames) {
-  for (const char* n : {"none", "int8", "int4", "hyquant"}) {
+  for (const char* n : {"none", "int8", "int4", "hyquant", "hbq"}) {
     auto q = parse_kv_quant(n);
     ASSERT_TRUE(q.ok());
     EXPECT_STREQ(kv_quant_name(*q), n);
@@ -42,6 +42,105 @@ TEST(KvQuant, ParseAndNames) {
   EXPECT_EQ(parse_kv_quant("int3").status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(kv_quant_bits(KvQuant::kInt8), 8);
   EXPECT_EQ(kv_quant_bits(KvQuant::kHyQuant), 4);
+  EXPECT_EQ(kv_quant_bits(KvQuant::kHbq), 4);
+}
+
+// ---- hbq, checked against the format as kv_quant.h states it, decoded here independently ----
+
+constexpr float kE2M1[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+constexpr float kSig1[4] = {1.f, 1.5f, 2.f, 2.5f};
+
+// UE5M3 from its definition: e = code >> 3, m = code & 7; subnormal m * 2^-17, else (1 + m/8) * 2^(e-15).
+double ue5m3(int code) {
+  const int e = code >> 3, m = code & 7;
+  return e == 0 ? std::ldexp(m, -17) : std::ldexp(1.0 + m / 8.0, e - 15);
+}
+
+// One row decoded from codes and params as laid out in kv_quant.h.
+std::vector<float> hbq_decode(const std::vector<uint8_t>& codes, const std::vector<uint16_t>& params, int d, int l1) {
+  const int micros = l1 / 8, words = 1 + (micros + 7) / 8;
+  std::vector<float> y(static_cast<size_t>(d));
+  for (int c = 0; c < d; ++c) {
+    const uint16_t* p = params.data() + static_cast<size_t>(c / l1) * words;
+    const int m = (c % l1) / 8;
+    const int a = (p[1 + m / 8] >> (2 * (m % 8))) & 3;
+    const int code = (codes[static_cast<size_t>(c) / 2] >> (4 * (c % 2))) & 0xF;
+    const double e = (code & 8 ? -1.0 : 1.0) * kE2M1[code & 7];
+    y[static_cast<size_t>(c)] = static_cast<float>(ue5m3(p[0]) * kSig1[a] * e);
+  }
+  return y;
+}
+
+// Squared error of a block rounded to the nearest multiple of d * E2M1 (saturating at 6 d).
+double grid_error(const float* x, int n, double d) {
+  double err = 0;
+  for (int j = 0; j < n; ++j) {
+    double best = 1e300;
+    for (float e : kE2M1) {
+      for (double s : {-1.0, 1.0}) best = std::min(best, std::fabs(x[j] - s * e * d));
+    }
+    err += best * best;
+  }
+  return err;
+}
+
+TEST(KvQuant, HbqRowsDecodeAsTheFormatAndStayWithinItsBound) {
+  std::mt19937 rng(21);
+  for (int d : {40, 64, 96, 128, 256, 320}) {
+    const int l1 = kv_hbq_block(d);
+    ASSERT_EQ(l1, d <= 128 ? d : (d % 128 == 0 ? 128 : 64)) << d;
+    ASSERT_EQ(kv_hbq_param_words(d), d / l1 * (1 + (l1 / 8 + 7) / 8)) << d;
+    for (float scale : {1e-3f, 1.f, 300.f}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        const auto x = random_rows(rng, 1, d, scale);
+        std::vector<uint8_t> codes(static_cast<size_t>(d) / 2, 0xAB);
+        std::vector<uint16_t> params(static_cast<size_t>(kv_hbq_param_words(d)), 0xFFFF);
+        kv_hbq_quantize_row(x.data(), d, codes.data(), params.data());
+        std::vector<float> y(static_cast<size_t>(d));
+        kv_hbq_dequantize_row(codes.data(), params.data(), d, y.data());
+        const auto expect = hbq_decode(codes, params, d, l1);
+        for (int c = 0; c < d; ++c) ASSERT_EQ(y[static_cast<size_t>(c)], expect[static_cast<size_t>(c)]) << d << " " << c;
+        for (int b = 0; b < d / l1; ++b) {
+          const float* xb = x.data() + static_cast<size_t>(b) * l1;
+          float amax = 0;
+          for (int j = 0; j < l1; ++j) amax = std::max(amax, std::fabs(xb[j]));
+          // The no-clip grid: the smallest UE5M3 scale >= amax / 15, at alpha 2.5.
+          int s0 = 1;
+          while (s0 < 255 && ue5m3(s0) < amax / 15.0) ++s0;
+          const double bound = grid_error(xb, l1, 2.5 * ue5m3(s0));
+          double err = 0;
+          for (int j = 0; j < l1; ++j) {
+            const double e = xb[j] - y[static_cast<size_t>(b) * l1 + j];
+            err += e * e;
+          }
+          EXPECT_LE(err, bound * (1 + 1e-5) + 1e-30) << "d " << d << " scale " << scale << " block " << b;
+          EXPECT_LE(err, l1 * std::pow(0.1875 * amax, 2) * (1 + 1e-5)) << "d " << d << " scale " << scale;
+          // The scale is the no-clip one or the code below it.
+          const int s = params[static_cast<size_t>(b) * (1 + (l1 / 8 + 7) / 8)];
+          EXPECT_TRUE(s == s0 || s == s0 - 1) << s << " vs " << s0;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kv_hbq_block(12), 0);
+  EXPECT_EQ(kv_hbq_block(136), 0);
+}
+
+TEST(KvQuant, HbqZeroRowIsZeroAndMultipliersAreUsed) {
+  std::vector<float> x(64, 0.f);
+  std::vector<uint8_t> codes(32, 0xFF);
+  std::vector<uint16_t> params(static_cast<size_t>(kv_hbq_param_words(64)), 0xFFFF);
+  kv_hbq_quantize_row(x.data(), 64, codes.data(), params.data());
+  std::vector<float> y(64, 1.f);
+  kv_hbq_dequantize_row(codes.data(), params.data(), 64, y.data());
+  for (float v : y) EXPECT_EQ(v, 0.f);
+  // 15 in one micro-block and 3 in the next: at the no-clip scale 1 (15 / (6 * 2.5)), 15 = 1 * 2.5
+  // * 6 and 3 = 1 * 1 * 3 are exact only if the two micro-blocks take different multipliers (at
+  // alpha 2.5 alone, 3 would round to 2.5).
+  for (int j = 0; j < 64; ++j) x[static_cast<size_t>(j)] = j < 8 ? 15.f : (j < 16 ? 3.f : 0.f);
+  kv_hbq_quantize_row(x.data(), 64, codes.data(), params.data());
+  kv_hbq_dequantize_row(codes.data(), params.data(), 64, y.data());
+  for (int j = 0; j < 64; ++j) EXPECT_EQ(y[static_cast<size_t>(j)], x[static_cast<size_t>(j)]) << j;
 }
 
 TEST(KvQuant, KeyGroupsPerChannelWithinHalfAStep) {
@@ -182,6 +281,49 @@ TEST(KvQuant, CacheKeepsGroupsAndResidualWithinBounds) {
   }
 }
 
+TEST(KvQuant, HbqCacheQuantizesEachTokenAloneAndCountsItsBytes) {
+  std::mt19937 rng(16);
+  const int n = 77, d = 64;
+  auto c = KvCache::create(qopts(KvQuant::kHbq, 100));
+  ASSERT_TRUE(c.ok());
+  KvCache& kv = *c;
+  const Inputs in = fill(kv, rng, n);
+  EXPECT_EQ(kv.size(1, 0, 1), n);
+  EXPECT_EQ(kv.fp16_tokens(1, 0, 1), n % kKvGroup);  // rows leave the FP16 residual by groups
+  const int cold = n / kKvGroup * kKvGroup, words = kv_hbq_param_words(d);
+  std::vector<float> k(static_cast<size_t>(n) * d), v(k.size()), row(static_cast<size_t>(d));
+  std::vector<uint8_t> codes(static_cast<size_t>(d) / 2);
+  std::vector<uint16_t> params(static_cast<size_t>(words));
+  for (int h = 0; h < 2; ++h) {
+    kv.read_rows(1, 0, h, k.data(), v.data());
+    for (int t = 0; t < n; ++t) {
+      for (int which = 0; which < 2; ++which) {
+        const float* x = (which == 0 ? in.k : in.v).data() + (static_cast<size_t>(t) * 2 + h) * d;
+        const float* got = (which == 0 ? k : v).data() + static_cast<size_t>(t) * d;
+        // The cache stages rows in FP16, then quantizes each row with nothing but itself.
+        for (int c2 = 0; c2 < d; ++c2) row[static_cast<size_t>(c2)] = fp16_to_f32(f32_to_fp16(x[c2]));
+        if (t < cold) {
+          kv_hbq_quantize_row(row.data(), d, codes.data(), params.data());
+          const auto expect = hbq_decode(codes, params, d, d);
+          for (int c2 = 0; c2 < d; ++c2) {
+            ASSERT_EQ(got[c2], expect[static_cast<size_t>(c2)]) << which << " t " << t << " c " << c2;
+          }
+        } else {
+          for (int c2 = 0; c2 < d; ++c2) ASSERT_EQ(got[c2], row[static_cast<size_t>(c2)]) << which << " t " << t;
+        }
+      }
+    }
+  }
+  // Bytes: 32 bytes of codes and 2 words of params per row (scale; 8 multipliers), K and V, for
+  // the quantized slots; FP16 K and V for the residual. 2 layers x 2 heads.
+  EXPECT_EQ(words, 2);
+  const uint64_t per_head = static_cast<uint64_t>(cold) * 2 * (d / 2 + 4) + static_cast<uint64_t>(n - cold) * d * 4;
+  EXPECT_EQ(kv.used_bytes(), per_head * 4);
+  KvCacheOptions bad = qopts(KvQuant::kHbq, 100);
+  bad.head_dim = 36;
+  EXPECT_EQ(KvCache::create(bad).status().code(), ErrorCode::kNotSupported);
+}
+
 TEST(KvQuant, CompactionKeepsPositionsAndBoundsTheRequantizationError) {
   std::mt19937 rng(14);
   for (KvQuant q : {KvQuant::kInt8, KvQuant::kInt4}) {
@@ -284,7 +426,7 @@ TEST(KvQuant, HyQuantKeepsTheMostAttendedTokensAndARecentWindowInFp16) {
 }
 
 TEST(KvQuant, MemoryToTokensIsTheLargestCapacityThatFits) {
-  for (KvQuant q : {KvQuant::kNone, KvQuant::kInt8, KvQuant::kInt4, KvQuant::kHyQuant}) {
+  for (KvQuant q : {KvQuant::kNone, KvQuant::kInt8, KvQuant::kInt4, KvQuant::kHyQuant, KvQuant::kHbq}) {
     KvCacheOptions o = qopts(q, 0);
     o.n_layer = 6;
     const uint64_t bytes = 3u << 20;

@@ -173,10 +173,11 @@ TEST_F(EngineTest, EveryKvPolicyAndQuantizationPerRequestMatchesGenerate) {
                                    {"h2o", KvQuant::kNone, false},    {"tova", KvQuant::kNone, true},
                                    {"rkv", KvQuant::kNone, false},    {"full", KvQuant::kInt8, false},
                                    {"full", KvQuant::kInt4, false},   {"full", KvQuant::kHyQuant, false},
-                                   {"random", KvQuant::kInt4, false}, {"snapkv", KvQuant::kHyQuant, true}};
+                                   {"random", KvQuant::kInt4, false}, {"snapkv", KvQuant::kHyQuant, true},
+                                   {"full", KvQuant::kHbq, false},    {"random", KvQuant::kHbq, false}};
   const auto p = prompt("Once upon a time there was a little red fox who");
   EngineOptions o;
-  o.n_parallel = 4;  // twelve requests and one more: they wait, join and leave the batch
+  o.n_parallel = 4;  // fourteen requests and one more: they wait, join and leave the batch
   auto e = engine(o);
   std::vector<KvPolicyOptions> kvs;
   std::vector<std::shared_ptr<RequestHandle>> hs;

@@ -41,6 +41,7 @@ int64_t KvCache::free_pages() const { return paged_ ? paged_->pool->free_pages()
 namespace {
 struct QuantLayout {
   int bits = 0, cb = 0, vg = 0, res = 0, hot = 0, groups = 0;
+  int hbq_words = 0;  // hbq: params of one row; its keys take no per-group params
 };
 QuantLayout quant_layout(const KvCacheOptions& o) {
   QuantLayout l;
@@ -53,6 +54,7 @@ QuantLayout quant_layout(const KvCacheOptions& o) {
               ? static_cast<int>(std::ceil(static_cast<double>(o.hot_ratio) * std::max(o.capacity, 0) - 1e-6))
               : 0;
   l.groups = (o.capacity + kKvGroup - 1) / kKvGroup;
+  if (o.quant == KvQuant::kHbq) l.hbq_words = kv_hbq_param_words(o.head_dim);
   return l;
 }
 }  // namespace
@@ -74,6 +76,10 @@ uint64_t kv_reserved_bytes(const KvCacheOptions& o) {
   const uint64_t hd = static_cast<uint64_t>(o.head_dim), cap = static_cast<uint64_t>(std::max(o.capacity, 0));
   if (o.quant == KvQuant::kNone) return static_cast<uint64_t>(kv_pool_pages(o)) * kv_page_bytes(o);
   const QuantLayout l = quant_layout(o);
+  if (o.quant == KvQuant::kHbq) {
+    return heads * (cap * (static_cast<uint64_t>(l.cb) + static_cast<uint64_t>(l.hbq_words) * 2) * 2 +
+                    static_cast<uint64_t>(l.res) * hd * 4);
+  }
   const uint64_t per_head = cap * static_cast<uint64_t>(l.cb) * 2 + static_cast<uint64_t>(l.groups) * hd * 4 +
                             cap * static_cast<uint64_t>(l.vg) * 4 + static_cast<uint64_t>(l.res) * hd * 4 +
                             static_cast<uint64_t>(l.hot) * (hd * 4 + 8);
@@ -121,6 +127,11 @@ Result<KvCache> KvCache::create(const KvCacheOptions& opts) {
   if (opts.quant != KvQuant::kNone && opts.head_dim > 512) {
     return error(ErrorCode::kNotSupported, "kv cache: kv-quant supports head sizes up to 512 (got {})", opts.head_dim);
   }
+  if (opts.quant == KvQuant::kHbq && kv_hbq_block(opts.head_dim) == 0) {
+    return error(ErrorCode::kNotSupported,
+                 "kv cache: kv-quant hbq needs a head size that is a multiple of 8, and of 64 above 128 (got {})",
+                 opts.head_dim);
+  }
   if (opts.quant == KvQuant::kNone && (opts.page_tokens <= 0 || opts.n_pages < 0 ||
                                        kv_pool_pages(opts) > std::numeric_limits<int32_t>::max())) {
     return error(ErrorCode::kInvalidArgument, "kv cache: {} pages of {} tokens is not a pool (1 to 2^31-1 pages)",
@@ -159,8 +170,14 @@ Result<KvCache> KvCache::create(const KvCacheOptions& opts) {
   c.hot_cap_ = l.hot;
   c.kq_.resize(heads * cap * static_cast<size_t>(l.cb));
   c.vq_.resize(heads * cap * static_cast<size_t>(l.cb));
-  c.kp_.resize(heads * static_cast<size_t>(l.groups) * hd * 2);
-  c.vp_.resize(heads * cap * static_cast<size_t>(l.vg) * 2);
+  c.hbq_words_ = l.hbq_words;
+  if (l.hbq_words > 0) {
+    c.kp_.resize(heads * cap * static_cast<size_t>(l.hbq_words));
+    c.vp_.resize(heads * cap * static_cast<size_t>(l.hbq_words));
+  } else {
+    c.kp_.resize(heads * static_cast<size_t>(l.groups) * hd * 2);
+    c.vp_.resize(heads * cap * static_cast<size_t>(l.vg) * 2);
+  }
   c.rk_.resize(heads * static_cast<size_t>(l.res) * hd);
   c.rv_.resize(heads * static_cast<size_t>(l.res) * hd);
   c.hk_.resize(heads * static_cast<size_t>(l.hot) * hd);
@@ -197,6 +214,10 @@ uint64_t KvCache::used_bytes(int seq) const {
     for (int h = 0; h < opts_.n_head_kv; ++h) {
       const size_t i = static_cast<size_t>(index(l, seq, h));
       const uint64_t cold = static_cast<uint64_t>(cold_[i]), res = static_cast<uint64_t>(len_[i] - cold_[i]);
+      if (hbq_words_ > 0) {
+        b += cold * 2 * (static_cast<uint64_t>(cb_) + static_cast<uint64_t>(hbq_words_) * 2) + res * hd * 4;
+        continue;
+      }
       b += cold * (2 * static_cast<uint64_t>(cb_) + static_cast<uint64_t>(vg_) * 4) + (cold / kKvGroup) * hd * 4 +
            (res + static_cast<uint64_t>(hot_n_[i])) * hd * 4;
     }
@@ -553,13 +574,23 @@ void KvCache::q_flush_group(int idx, const float* qmean) {
   f32_row(rk, kKvGroup * opts_.head_dim, kf.data());
   f32_row(rv, kKvGroup * opts_.head_dim, vf.data());
   const size_t groups = (cap + kKvGroup - 1) / kKvGroup;
-  kv_quantize_key_group(kf.data(), static_cast<int64_t>(hd), kKvGroup, opts_.head_dim, bits_,
-                        kq_.data() + (i * cap + static_cast<size_t>(cold)) * cb_, cb_,
-                        kp_.data() + (i * groups + static_cast<size_t>(cold / kKvGroup)) * hd * 2);
-  for (int t = 0; t < kKvGroup; ++t) {
-    const size_t slot = i * cap + static_cast<size_t>(cold + t);
-    kv_quantize_value_row(vf.data() + t * hd, opts_.head_dim, bits_, vq_.data() + slot * cb_,
-                          vp_.data() + slot * static_cast<size_t>(vg_) * 2);
+  if (hbq_words_ > 0) {
+    // Each row alone; rows still leave the FP16 residual a group at a time, as int4's do.
+    const size_t w = static_cast<size_t>(hbq_words_);
+    for (int t = 0; t < kKvGroup; ++t) {
+      const size_t slot = i * cap + static_cast<size_t>(cold + t);
+      kv_hbq_quantize_row(kf.data() + t * hd, opts_.head_dim, kq_.data() + slot * cb_, kp_.data() + slot * w);
+      kv_hbq_quantize_row(vf.data() + t * hd, opts_.head_dim, vq_.data() + slot * cb_, vp_.data() + slot * w);
+    }
+  } else {
+    kv_quantize_key_group(kf.data(), static_cast<int64_t>(hd), kKvGroup, opts_.head_dim, bits_,
+                          kq_.data() + (i * cap + static_cast<size_t>(cold)) * cb_, cb_,
+                          kp_.data() + (i * groups + static_cast<size_t>(cold / kKvGroup)) * hd * 2);
+    for (int t = 0; t < kKvGroup; ++t) {
+      const size_t slot = i * cap + static_cast<size_t>(cold + t);
+      kv_quantize_value_row(vf.data() + t * hd, opts_.head_dim, bits_, vq_.data() + slot * cb_,
+                            vp_.data() + slot * static_cast<size_t>(vg_) * 2);
+    }
   }
   if (qmean != nullptr && hot_cap_ > 0) {
     const int limit = std::min<int>(
@@ -645,6 +676,11 @@ KvCache::QuantHeadView KvCache::quant_view(int layer, int seq, int head) const {
   h.k_params = kp_.data() + i * groups * hd * 2;
   h.v_codes = vq_.data() + i * cap * static_cast<size_t>(cb_);
   h.v_params = vp_.data() + i * cap * static_cast<size_t>(vg_) * 2;
+  if (hbq_words_ > 0) {
+    h.hbq_words = hbq_words_;
+    h.k_params = kp_.data() + i * cap * static_cast<size_t>(hbq_words_);
+    h.v_params = vp_.data() + i * cap * static_cast<size_t>(hbq_words_);
+  }
   h.k_residual = rk_.data() + i * static_cast<size_t>(res_cap_) * hd;
   h.v_residual = rv_.data() + i * static_cast<size_t>(res_cap_) * hd;
   h.hot_n = hot_n_.empty() ? 0 : hot_n_[i];
@@ -665,7 +701,21 @@ void KvCache::read_rows(int layer, int seq, int head, int32_t begin, int32_t end
   const bool b8 = bits_ == 8;
   const int32_t qend = std::min(end, cold);  // quantized rows [begin, qend), FP16 residual after
   float step[512], lo[512];  // head_dim <= 512 per group of params
-  if (k != nullptr) {
+  if (hbq_words_ > 0) {
+    const size_t w = static_cast<size_t>(hbq_words_);
+    for (int t = begin; t < qend; ++t) {
+      const size_t slot = i * cap + static_cast<size_t>(t), o = static_cast<size_t>(t - begin) * hd;
+      if (k != nullptr) kv_hbq_dequantize_row(kq_.data() + slot * cb_, kp_.data() + slot * w, opts_.head_dim, k + o);
+      if (v != nullptr) kv_hbq_dequantize_row(vq_.data() + slot * cb_, vp_.data() + slot * w, opts_.head_dim, v + o);
+    }
+  }
+  if (k != nullptr && hbq_words_ > 0) {
+    const int32_t r0 = std::max(begin, cold);
+    if (end > r0) {
+      f32_row(rk_.data() + (i * res_cap_ + static_cast<size_t>(r0 - cold)) * hd, (end - r0) * opts_.head_dim,
+              k + static_cast<size_t>(r0 - begin) * hd);
+    }
+  } else if (k != nullptr) {
     for (int g = begin / kKvGroup; g * kKvGroup < qend; ++g) {
       const uint16_t* p = kp_.data() + (i * groups + static_cast<size_t>(g)) * hd * 2;
       for (size_t c = 0; c < hd; ++c) {
@@ -692,7 +742,7 @@ void KvCache::read_rows(int layer, int seq, int head, int32_t begin, int32_t end
     }
   }
   if (v != nullptr) {
-    for (int t = begin; t < qend; ++t) {
+    for (int t = hbq_words_ > 0 ? qend : begin; t < qend; ++t) {
       const size_t slot = i * cap + static_cast<size_t>(t);
       const uint8_t* q = vq_.data() + slot * cb_;
       const uint16_t* p = vp_.data() + slot * static_cast<size_t>(vg_) * 2;

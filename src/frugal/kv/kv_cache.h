@@ -151,6 +151,8 @@ class KvCache final : public KvTokenStore {
     const uint16_t* k_params = nullptr;    // key group g at g * head_dim * 2: (step, min) per channel
     const uint8_t* v_codes = nullptr;      // slot t at t * code_bytes
     const uint16_t* v_params = nullptr;    // slot t at t * (head_dim / kKvGroup) * 2: (step, min) per group
+    // hbq (kv_quant.h): k_params and v_params hold slot t at t * hbq_words, per token.
+    int hbq_words = 0;
     const uint16_t* k_residual = nullptr;  // slot t >= cold at (t - cold) * head_dim
     const uint16_t* v_residual = nullptr;
     int32_t hot_n = 0;
@@ -207,11 +209,13 @@ class KvCache final : public KvTokenStore {
   size_t row_bytes_ = 0;
   // Quantized layout (empty otherwise); cb = code bytes of a row, vg = value groups of a row.
   int bits_ = 0, cb_ = 0, vg_ = 0, res_cap_ = 0, hot_cap_ = 0;
+  int hbq_words_ = 0;  // hbq: params (uint16) of one row, key or value; 0 for the KIVI formats
   // The code and row buffers are reserved for the whole capacity at once; ZeroedAllocator keeps
   // their pages out of resident memory until tokens are written into them.
   std::vector<uint8_t, ZeroedAllocator<uint8_t>> kq_, vq_;     // [head][capacity][cb]
   std::vector<uint16_t> kp_;         // [head][capacity / kKvGroup rounded up][head_dim][2] (step, min)
-  std::vector<uint16_t> vp_;         // [head][capacity][vg][2]
+                                     // hbq: [head][capacity][hbq_words] (per token)
+  std::vector<uint16_t> vp_;         // [head][capacity][vg][2]; hbq: [head][capacity][hbq_words]
   std::vector<uint16_t> rk_, rv_;    // [head][res_cap][head_dim] FP16 rows of slots [cold, size)
   std::vector<uint16_t> hk_, hv_;    // [head][hot_cap][head_dim] FP16 copies of hot slots
   std::vector<int32_t> hot_slot_;    // [head][hot_cap]: slot of each hot row

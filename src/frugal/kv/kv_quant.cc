@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "frugal/core/half.h"
+#include "frugal/quant/fp4_codes.h"
+#include "frugal/quant/hbq.h"
 
 namespace frugal {
 namespace {
@@ -64,7 +67,8 @@ Result<KvQuant> parse_kv_quant(const std::string& name) {
   if (name == "int8") return KvQuant::kInt8;
   if (name == "int4") return KvQuant::kInt4;
   if (name == "hyquant") return KvQuant::kHyQuant;
-  return error(ErrorCode::kInvalidArgument, "'{}' is not none, int8, int4 or hyquant", name);
+  if (name == "hbq") return KvQuant::kHbq;
+  return error(ErrorCode::kInvalidArgument, "'{}' is not none, int8, int4, hyquant or hbq", name);
 }
 
 const char* kv_quant_name(KvQuant q) {
@@ -73,6 +77,7 @@ const char* kv_quant_name(KvQuant q) {
     case KvQuant::kInt8: return "int8";
     case KvQuant::kInt4: return "int4";
     case KvQuant::kHyQuant: return "hyquant";
+    case KvQuant::kHbq: return "hbq";
   }
   return "?";
 }
@@ -82,7 +87,8 @@ int kv_quant_bits(KvQuant q) {
     case KvQuant::kNone: return 0;
     case KvQuant::kInt8: return 8;
     case KvQuant::kInt4:
-    case KvQuant::kHyQuant: return 4;
+    case KvQuant::kHyQuant:
+    case KvQuant::kHbq: return 4;
   }
   return 0;
 }
@@ -130,6 +136,115 @@ void kv_dequantize_value_row(const uint8_t* codes, const uint16_t* params, int h
   for (int c = 0; c < head_dim; ++c) {
     const uint16_t* p = params + 2 * (c / kKvGroup);
     out[c] = fp16_to_f32(p[1]) + static_cast<float>(get_code(codes, c, bits)) * fp16_to_f32(p[0]);
+  }
+}
+
+namespace {
+
+// SIG_1 in eighths (hbq.h): 8, 12, 16, 20.
+const int32_t* sig1_eighths() { return quant::kHbqAlphaEighths[static_cast<int>(quant::HbqAlphaSet::kSig1)]; }
+
+// The smallest UE5M3 code whose value is >= v (v > 0), saturating at 0xFF (quant::ue5m3_ceil,
+// kept here so the cache does not link the weight quantizers).
+int ue5m3_ceil_code(float v) {
+  const float* begin = quant::kUE5M3Values.v + 1;
+  const float* end = quant::kUE5M3Values.v + 256;
+  const float* it = std::lower_bound(begin, end, v);
+  return it == end ? 255 : static_cast<int>(it - quant::kUE5M3Values.v);
+}
+
+float hbq_micro_error(const float* x, float d) {
+  float err = 0.f;
+  for (int j = 0; j < kKvHbqMicro; ++j) {
+    const float diff = x[j] - d * quant::e2m1_to_f32(quant::e2m1_round_even(x[j] / d));
+    err += diff * diff;
+  }
+  return err;
+}
+
+}  // namespace
+
+int kv_hbq_block(int head_dim) {
+  if (head_dim <= 0 || head_dim % kKvHbqMicro != 0) return 0;
+  if (head_dim <= 128) return head_dim;
+  if (head_dim % 128 == 0) return 128;
+  return head_dim % 64 == 0 ? 64 : 0;
+}
+
+int kv_hbq_param_words(int head_dim) {
+  const int l1 = kv_hbq_block(head_dim);
+  return l1 > 0 ? head_dim / l1 * kv_hbq_block_words(l1) : 0;
+}
+
+void kv_hbq_quantize_row(const float* src, int head_dim, uint8_t* codes, uint16_t* params) {
+  const int l1 = kv_hbq_block(head_dim), words = kv_hbq_block_words(l1), micros = l1 / kKvHbqMicro;
+  const int32_t* alpha = sig1_eighths();
+  std::fill(codes, codes + head_dim / 2, uint8_t{0});
+  for (int b = 0; b < head_dim / l1; ++b) {
+    const float* x = src + b * l1;
+    uint16_t* p = params + b * words;
+    std::fill(p, p + words, uint16_t{0});
+    float amax = 0.f;
+    for (int j = 0; j < l1; ++j) amax = std::max(amax, std::fabs(x[j]));
+    if (!(amax > 0.f)) continue;  // scale code 0: every element decodes to 0
+    // s0 lets nothing clip at alpha = 2.5; the code below may saturate the largest element for
+    // less error on the rest. Two candidates rather than the weights' four: this runs for every
+    // token of every layer and head at decode time.
+    const int s0 = ue5m3_ceil_code(amax / (6.f * 2.5f));
+    float best_err = std::numeric_limits<float>::infinity();
+    int best_s = s0;
+    uint8_t best_c[128 / kKvHbqMicro] = {};
+    for (int s = s0; s >= std::max(1, s0 - 1); --s) {
+      const float sv = quant::ue5m3_to_f32(static_cast<uint8_t>(s));
+      float total = 0.f;
+      uint8_t c_here[128 / kKvHbqMicro];
+      for (int m = 0; m < micros; ++m) {
+        float best_m = std::numeric_limits<float>::infinity();
+        c_here[m] = 0;
+        for (int c = 0; c < 4; ++c) {
+          const float e = hbq_micro_error(x + m * kKvHbqMicro, sv * static_cast<float>(alpha[c]) * 0.125f);
+          if (e < best_m) {
+            best_m = e;
+            c_here[m] = static_cast<uint8_t>(c);
+          }
+        }
+        total += best_m;
+      }
+      if (total < best_err) {  // ties keep s0
+        best_err = total;
+        best_s = s;
+        std::copy(c_here, c_here + micros, best_c);
+      }
+    }
+    p[0] = static_cast<uint16_t>(best_s);
+    const float sv = quant::ue5m3_to_f32(static_cast<uint8_t>(best_s));
+    for (int m = 0; m < micros; ++m) {
+      p[1 + m / 8] = static_cast<uint16_t>(p[1 + m / 8] | (best_c[m] << (2 * (m % 8))));
+      const float d = sv * static_cast<float>(alpha[best_c[m]]) * 0.125f;
+      for (int j = 0; j < kKvHbqMicro; ++j) {
+        const int ch = b * l1 + m * kKvHbqMicro + j;
+        put_code(codes, ch, 4, quant::e2m1_round_even(x[m * kKvHbqMicro + j] / d));
+      }
+    }
+  }
+}
+
+float kv_hbq_half_step(const uint16_t* params, int head_dim, int m) {
+  const int l1 = kv_hbq_block(head_dim), words = kv_hbq_block_words(l1), micros = l1 / kKvHbqMicro;
+  const uint16_t* p = params + (m / micros) * words;
+  const int mm = m % micros;
+  const int c = (p[1 + mm / 8] >> (2 * (mm % 8))) & 3;
+  // (scale / 16) * alpha_eighths: a 4-bit significand times a 5-bit integer, exact.
+  return quant::ue5m3_to_f32(static_cast<uint8_t>(p[0] & 0xFF)) * 0.0625f * static_cast<float>(sig1_eighths()[c]);
+}
+
+void kv_hbq_dequantize_row(const uint8_t* codes, const uint16_t* params, int head_dim, float* out) {
+  for (int m = 0; m < head_dim / kKvHbqMicro; ++m) {
+    const float hs = kv_hbq_half_step(params, head_dim, m);
+    for (int j = 0; j < kKvHbqMicro; ++j) {
+      const int ch = m * kKvHbqMicro + j;
+      out[ch] = hs * static_cast<float>(quant::kE2M1Doubled[get_code(codes, ch, 4)]);
+    }
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "frugal/backend/cpu/simd_ops.h"
 #include "frugal/core/half.h"
+#include "frugal/quant/hbq.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace frugal::cpu {
@@ -213,6 +214,52 @@ HWY_INLINE void DequantRow(const uint8_t* codes, const float* lo, const float* s
   }
 }
 
+// hbq rows (kv_quant.h): E2M1 codes are looked up as doubled value + 12 (0..24, unsigned) and
+// decoded as (code + 12) * h - 12 * h with h the micro-block's half step, one FMA per vector;
+// every product and the sum are exact in float (a 9-bit step times a value below 32), so this
+// equals kv_hbq_dequantize_row bit for bit. Vectors of at most 8 lanes, so one micro-block of 8
+// channels shares one broadcast step.
+constexpr int kHbqBias = 12;
+
+void HbqCodesRow(const uint8_t* q, int dim, uint8_t* tmp) {
+  alignas(16) static constexpr uint8_t kBiased[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+  const uint8_t* split = CodesRow(q, 4, dim, tmp);
+#if HWY_TARGET == HWY_SCALAR
+  for (int c = 0; c < dim; ++c) tmp[c] = kBiased[split[c]];
+#else
+  const hn::Full128<uint8_t> d8;
+  const auto table = hn::Load(d8, kBiased);
+  for (int c = 0; c < dim; c += 16) hn::StoreU(hn::TableLookupBytes(table, hn::LoadU(d8, split + c)), d8, tmp + c);
+#endif
+}
+
+void DequantHbqRows(const uint8_t* codes, const uint16_t* params, int code_bytes, int words, int dim, int32_t t0,
+                    int32_t t1, float* out, uint8_t* tmp) {
+  const hn::CappedTag<float, kKvHbqMicro> d;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int N = static_cast<int>(hn::Lanes(d));
+  const int l1 = kv_hbq_block(dim), micros = l1 / kKvHbqMicro, bw = kv_hbq_block_words(l1);
+  const int32_t* alpha = quant::kHbqAlphaEighths[static_cast<int>(quant::HbqAlphaSet::kSig1)];
+  for (int32_t t = t0; t < t1; ++t) {
+    const uint16_t* p = params + static_cast<size_t>(t) * words;
+    HbqCodesRow(codes + static_cast<size_t>(t) * code_bytes, dim, tmp);
+    float* o = out + static_cast<size_t>(t - t0) * dim;
+    for (int b = 0; b < dim / l1; ++b, p += bw) {
+      const float sv = quant::ue5m3_to_f32(static_cast<uint8_t>(p[0] & 0xFF)) * 0.0625f;
+      for (int m = 0; m < micros; ++m) {
+        const float hs = sv * static_cast<float>(alpha[(p[1 + m / 8] >> (2 * (m % 8))) & 3]);
+        const auto s = hn::Set(d, hs), lo = hn::Set(d, -static_cast<float>(kHbqBias) * hs);
+        const int c0 = b * l1 + m * kKvHbqMicro;
+        for (int c = c0; c < c0 + kKvHbqMicro; c += N) {
+          const auto x = hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, tmp + c)));
+          hn::StoreU(hn::MulAdd(x, s, lo), d, o + c);
+        }
+      }
+    }
+  }
+}
+
 void DequantKvBlock(const KvCache::QuantHeadView& h, int dim, int32_t k0, int32_t nk, float* k, float* v) {
   const int32_t end = k0 + nk;
   const int32_t qend = std::min(end, h.cold);
@@ -220,36 +267,43 @@ void DequantKvBlock(const KvCache::QuantHeadView& h, int dim, int32_t k0, int32_
   alignas(64) float pf[2 * kMaxQuantHeadDim];
   alignas(64) float step[kMaxQuantHeadDim];
   alignas(64) float lo[kMaxQuantHeadDim];
-  // Keys: (step, min) per channel, shared by the kKvGroup slots of a group.
-  for (int32_t t = k0; t < qend;) {
-    const int32_t g = t / kKvGroup;
-    const int32_t ge = std::min(qend, (g + 1) * kKvGroup);
-    F16ToF32(h.k_params + static_cast<size_t>(g) * dim * 2, pf, 2 * dim);
-    for (int c = 0; c < dim; ++c) {
-      step[c] = pf[2 * c];
-      lo[c] = pf[2 * c + 1];
+  if (h.hbq_words > 0) {
+    if (k0 < qend) {
+      DequantHbqRows(h.k_codes, h.k_params, h.code_bytes, h.hbq_words, dim, k0, qend, k, tmp);
+      DequantHbqRows(h.v_codes, h.v_params, h.code_bytes, h.hbq_words, dim, k0, qend, v, tmp);
     }
-    for (; t < ge; ++t) {
-      const uint8_t* q = CodesRow(h.k_codes + static_cast<size_t>(t) * h.code_bytes, h.bits, dim, tmp);
-      DequantRow<false>(q, lo, step, dim, k + static_cast<size_t>(t - k0) * dim);
-    }
-  }
-  // Values: (step, min) per group of kKvGroup channels of each slot, converted for the whole block
-  // at once (they are consecutive) in pieces that fit pf.
-  const int vg = dim / kKvGroup;
-  for (int32_t t0 = k0; t0 < qend;) {
-    const int32_t t1 = std::min<int32_t>(qend, t0 + kMaxQuantHeadDim / vg);
-    F16ToF32(h.v_params + static_cast<size_t>(t0) * vg * 2, pf, static_cast<int64_t>(t1 - t0) * vg * 2);
-    for (int32_t t = t0; t < t1; ++t) {
-      const float* p = pf + static_cast<size_t>(t - t0) * vg * 2;
-      for (int g = 0; g < vg; ++g) {
-        step[g] = p[2 * g];
-        lo[g] = p[2 * g + 1];
+  } else {
+    // Keys: (step, min) per channel, shared by the kKvGroup slots of a group.
+    for (int32_t t = k0; t < qend;) {
+      const int32_t g = t / kKvGroup;
+      const int32_t ge = std::min(qend, (g + 1) * kKvGroup);
+      F16ToF32(h.k_params + static_cast<size_t>(g) * dim * 2, pf, 2 * dim);
+      for (int c = 0; c < dim; ++c) {
+        step[c] = pf[2 * c];
+        lo[c] = pf[2 * c + 1];
       }
-      const uint8_t* q = CodesRow(h.v_codes + static_cast<size_t>(t) * h.code_bytes, h.bits, dim, tmp);
-      DequantRow<true>(q, lo, step, dim, v + static_cast<size_t>(t - k0) * dim);
+      for (; t < ge; ++t) {
+        const uint8_t* q = CodesRow(h.k_codes + static_cast<size_t>(t) * h.code_bytes, h.bits, dim, tmp);
+        DequantRow<false>(q, lo, step, dim, k + static_cast<size_t>(t - k0) * dim);
+      }
     }
-    t0 = t1;
+    // Values: (step, min) per group of kKvGroup channels of each slot, converted for the whole block
+    // at once (they are consecutive) in pieces that fit pf.
+    const int vg = dim / kKvGroup;
+    for (int32_t t0 = k0; t0 < qend;) {
+      const int32_t t1 = std::min<int32_t>(qend, t0 + kMaxQuantHeadDim / vg);
+      F16ToF32(h.v_params + static_cast<size_t>(t0) * vg * 2, pf, static_cast<int64_t>(t1 - t0) * vg * 2);
+      for (int32_t t = t0; t < t1; ++t) {
+        const float* p = pf + static_cast<size_t>(t - t0) * vg * 2;
+        for (int g = 0; g < vg; ++g) {
+          step[g] = p[2 * g];
+          lo[g] = p[2 * g + 1];
+        }
+        const uint8_t* q = CodesRow(h.v_codes + static_cast<size_t>(t) * h.code_bytes, h.bits, dim, tmp);
+        DequantRow<true>(q, lo, step, dim, v + static_cast<size_t>(t - k0) * dim);
+      }
+      t0 = t1;
+    }
   }
   // The FP16 residual, then FP16 copies of hot slots over their codes.
   const int32_t r0 = std::max(k0, h.cold);
