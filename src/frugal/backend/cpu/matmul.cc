@@ -316,21 +316,24 @@ namespace {
 void matmul_fluxbin(ThreadPool& pool, const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
   const quant::fluxbin::View v{w.rows, w.cols, w.fluxbin.salient, static_cast<const uint8_t*>(w.data),
                                w.fluxbin.col_scales, w.fluxbin.salient_idx, w.fluxbin.salient_vals};
-  thread_local std::vector<float> scratch;
   auto finish = [&](float* yt, int64_t r0, int64_t r1) {
     if (bias == nullptr) return;
     for (int64_t r = r0; r < r1; ++r) yt[r] += bias[r];
   };
+  // The tables live in a buffer of each chunk (tens of KiB, small beside the products it serves);
+  // a thread_local one would outlive the call in every pool thread.
   if (n == 1) {
     // One chunk per thread: every chunk builds all the group tables again.
     const int64_t chunk = std::max<int64_t>(16, (w.rows + pool.size() - 1) / pool.size());
     pool.parallel_for(w.rows, chunk, [&](int64_t b, int64_t e, int) {
+      std::vector<float> scratch;
       quant::fluxbin::gemv_lut(v, x, y, b, e, scratch);
       finish(y, b, e);
     });
     return;
   }
   pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
+    std::vector<float> scratch;
     for (int64_t t = b; t < e; ++t) {
       quant::fluxbin::gemv_lut(v, x + t * w.cols, y + t * w.rows, 0, w.rows, scratch);
       finish(y + t * w.rows, 0, w.rows);
