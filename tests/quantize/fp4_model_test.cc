@@ -19,48 +19,19 @@
 #include "frugal/quant/reference.h"
 #include "frugal/quantize/model_quantizer.h"
 #include "frugal/synth/random_model.h"
+#include "quantize/synthetic_model.h"
 
 namespace frugal::quantize {
 namespace {
 
+using testing::logits_of;
+using testing::rel_rms_error;
+using testing::TempDir;
+using testing::write_f16_model;
+
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("frugal_fp4_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
 
- private:
-  fs::path path_;
-};
-
-std::string write_f16_model(const TempDir& dir, int64_t n_embd, int64_t n_ff, const std::string& name) {
-  auto o = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
-  EXPECT_TRUE(o.ok());
-  o->weight_type = "F16";
-  o->n_layer = 2;
-  o->n_embd = n_embd;
-  o->n_head = 4;
-  o->n_head_kv = 2;
-  o->n_ff = n_ff;
-  o->n_vocab = 512;
-  o->seed = 5;
-  const std::string path = dir.file(name);
-  EXPECT_TRUE(synth::write_random_model(*o, path).ok());
-  return path;
-}
 
 Result<QuantizeReport> quantize_to(const std::string& in, const std::string& out, const std::string& type,
                                    bool pure = false) {
@@ -74,29 +45,7 @@ Result<QuantizeReport> quantize_to(const std::string& in, const std::string& out
 }
 
 // Logits of every position of a fixed 8-token prompt.
-std::vector<float> logits_of(const std::string& path) {
-  auto m = Model::load(path);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return {};
-  auto be = make_cpu_backend({});
-  auto kv = KvCache::create((*m)->kv_options(1, 16));
-  EXPECT_TRUE(kv.ok());
-  Batch b;
-  for (int i = 0; i < 8; ++i) b.add(1 + 37 * i % 500, i, 0, true);
-  std::vector<float> logits(static_cast<size_t>(8 * (*m)->config().n_vocab));
-  EXPECT_TRUE((*m)->forward(b, *kv, *be, logits.data()).ok());
-  return logits;
-}
 
-double rel_rms_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double e = 0;
-  double r = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    e += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
-    r += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(e / r);
-}
 
 TEST(Fp4Quantize, LogitsStayCloseToF16) {
   TempDir dir;
