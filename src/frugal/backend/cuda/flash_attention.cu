@@ -5,17 +5,20 @@
 // heads of one KV group for T = 64 / G consecutive batch tokens (row r: token t0 + r / G, head
 // g * G + r % G). All rows of a block read the same KV head, so every K/V tile loaded into shared
 // memory serves G heads (GQA) and T tokens. Each of the 4 warps owns 16 rows. Per key tile of
-// kKeys = 64 keys (F16 straight from the cache, zero-filled past the range):
-//   S = Q K^T      WMMA 16x16x16, F16 inputs (Q pre-multiplied by `scale` and rounded to F16),
-//                  F32 accumulation, staged through shared memory;
+// kKeys = 64 keys (F16 straight from the cache, zero-filled past the range), everything between
+// the two products stays in registers (the FlashAttention-2 arrangement):
+//   S = Q K^T      mma.sync m16n8k16, F16 inputs (Q pre-multiplied by `scale` and rounded to F16,
+//                  its fragments loaded once), F32 accumulation; K fragments by ldmatrix;
 //   mask           per element from the key's cached position and the row's query position:
 //                  visible when kpos <= qpos and (window <= 0 or kpos > qpos - window);
-//   softmax        online, in F32, base 2 (scores times log2 e): each row's running max m and
-//                  sum l live in registers of the two lanes that own the row;
-//   O = O*c + P V  P rounded to F16, WMMA with F32 accumulation; the product is staged through
-//                  shared memory 16 columns at a time and added to O, which lives in registers
-//                  with a layout we choose (a WMMA accumulator's element-to-row map is opaque, so
-//                  the per-row rescale cannot be applied to a fragment directly).
+//   softmax        online, in F32, base 2 (scores times log2 e). In the accumulator layout a lane
+//                  holds two rows (lane / 4 and lane / 4 + 8 of its warp's 16) and two columns of
+//                  each 8-key tile, so a row's max is a reduction over the 4 lanes of a quad; the
+//                  running sum l is kept per lane and reduced once at the end;
+//   O = O*c + P V  P rounded to F16 and packed straight from the S accumulators into A fragments
+//                  (the two layouts coincide), V fragments by transposing ldmatrix; O lives in
+//                  accumulators, so the per-row rescale is a multiply by the lane's row factor.
+// K/V tiles are double-buffered with cp.async: the next tile is in flight while this one is used.
 // A row with no visible key ends with l = 0 and outputs zeros, as launch_attention does.
 //
 // Sequences. seq/pos are device arrays, so the host need not describe the batch: a block finds
@@ -33,11 +36,10 @@
 // the context); each block writes its rows' unnormalised O, m and l to scratch and a merge kernel
 // combines the Z partials per (token, head). A block whose chunk is empty writes l = 0.
 //
-// Why WMMA and not mma.sync: the build also emits compute_75 PTX, where the m16n8k16 F16 MMA does
-// not exist, and the WMMA fragments need no hand-written layout. Shared memory per block is about
-// 80 KB at head_dim 128 (55 KB at 64): two blocks per SM.
-#include <mma.h>
-
+// Architectures. mma.sync m16n8k16, ldmatrix and cp.async need sm_80. The build's compute_75 PTX
+// holds a kernel that traps; fa_supported() asks the runtime which build of the kernel this GPU
+// runs and declines below 8.0, so the backend takes launch_attention there. Shared memory per
+// block is about 86 KB at head_dim 128 (47 KB at 64): two blocks per SM.
 #include <algorithm>
 #include <cfloat>
 #include <climits>
@@ -52,16 +54,12 @@
 namespace frugal::cuda {
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
 constexpr int kFaWarps = 4;
 constexpr int kFaThreads = kFaWarps * 32;
 constexpr int kRows = 16 * kFaWarps;  // query rows per block
 constexpr int kKeys = 64;             // keys per tile
-constexpr int kLdP = kKeys + 8;       // P row stride (halves; WMMA needs a multiple of 8)
-constexpr int kLdS = kKeys + 4;       // S row stride (floats; multiple of 4, = 4 mod 32 banks)
-constexpr int kLdO = 20;              // P V staging row stride (floats), inside the S area
-constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kStages = 2;            // K/V tiles in shared memory (one in use, one in flight)
+[[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
 // Blocks the split launcher aims for: two resident blocks per SM on 132 SMs, about four waves.
 constexpr int kSplitTargetBlocks = 1024;
 constexpr int kSplitMaxChunks = 1024;
@@ -69,18 +67,19 @@ constexpr int kSplitMinKeysPerChunk = 256;  // for choosing Z from max_keys only
 
 template <int D>
 struct FaSmem {
-  static constexpr int kLdH = D + 8;  // Q/K/V row stride (halves)
+  // Row stride in halves: 16 bytes past a multiple of 128, so the 8 rows an ldmatrix reads hit
+  // 8 different 16-byte bank groups.
+  static constexpr int kLdH = D + 8;
+  static constexpr size_t kTile = sizeof(__half) * kKeys * kLdH;
   static constexpr size_t kQ = 0;
   static constexpr size_t kK = kQ + sizeof(__half) * kRows * kLdH;
-  static constexpr size_t kV = kK + sizeof(__half) * kKeys * kLdH;
-  static constexpr size_t kP = kV + sizeof(__half) * kKeys * kLdH;
-  static constexpr size_t kS = kP + sizeof(__half) * kRows * kLdP;
-  static constexpr size_t kKpos = kS + sizeof(float) * kRows * kLdS;
-  static constexpr size_t kRowSeq = kKpos + sizeof(int) * kKeys;
+  static constexpr size_t kV = kK + kStages * kTile;
+  static constexpr size_t kKpos = kV + kStages * kTile;
+  static constexpr size_t kRowSeq = kKpos + sizeof(int) * kStages * kKeys;
   static constexpr size_t kRowPos = kRowSeq + sizeof(int) * kRows;
   static constexpr size_t kCtl = kRowPos + sizeof(int) * kRows;
   static constexpr size_t kBytes = kCtl + sizeof(int) * 4;
-  static_assert(kK % 32 == 0 && kV % 32 == 0 && kP % 32 == 0 && kS % 32 == 0, "WMMA needs 32-byte alignment");
+  static_assert(kK % 128 == 0 && kV % 128 == 0 && kTile % 128 == 0 && kKpos % 16 == 0, "16-byte copies");
 };
 
 struct FaArgs {
@@ -101,7 +100,7 @@ struct FaArgs {
 // Number of keys in kp[0, count) with kp[i] <= x (kp ascending). The newest key first: in decode
 // every key is visible, and one load answers instead of a chain of ~log2(count) dependent ones
 // (each a trip to memory now that every head has positions of its own).
-__device__ __forceinline__ int count_le(const int32_t* kp, int count, int64_t x) {
+[[maybe_unused]] __device__ __forceinline__ int count_le(const int32_t* kp, int count, int64_t x) {
   if (count > 0 && static_cast<int64_t>(kp[count - 1]) <= x) return count;
   int lo = 0, hi = count;
   while (lo < hi) {
@@ -115,19 +114,64 @@ __device__ __forceinline__ int count_le(const int32_t* kp, int count, int64_t x)
   return lo;
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Four 8x8 F16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, and register i of a
+// lane receives row lane / 4, columns 2 (lane % 4) and 2 (lane % 4) + 1 of matrix i.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// The same, transposed: register i receives rows 2 (lane % 4) and 2 (lane % 4) + 1, column lane / 4.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// c += a b for a 16x16 F16 A (row-major fragment), a 16x8 F16 B (column fragment), F32 c.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Asynchronous global -> shared copy of `bytes` (4 or 16); src_bytes 0 writes zeros.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most one group (the most recent) is still in flight.
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ bool key_visible(bool row_active, bool in_range, int kpos, int qpos, int window) {
+  return row_active && in_range && kpos <= qpos && (window <= 0 || kpos > qpos - window);
+}
+#endif
+
 template <int D>
 __global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a) {
   pdl_wait();
   pdl_trigger();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = FaSmem<D>;
   constexpr int kLdH = L::kLdH;
-  constexpr int kDBlocks = D / 16;
+  constexpr int kDSteps = D / 16;     // k-steps of S = Q K^T
+  constexpr int kOTiles = D / 8;      // 8-column tiles of O
+  constexpr int kSTiles = kKeys / 8;  // 8-key tiles of S
   extern __shared__ __align__(128) unsigned char smem[];
   __half* sq = reinterpret_cast<__half*>(smem + L::kQ);
   __half* sk = reinterpret_cast<__half*>(smem + L::kK);
   __half* sv = reinterpret_cast<__half*>(smem + L::kV);
-  __half* sp = reinterpret_cast<__half*>(smem + L::kP);
-  float* ss = reinterpret_cast<float*>(smem + L::kS);
   int* skpos = reinterpret_cast<int*>(smem + L::kKpos);
   int* row_seq = reinterpret_cast<int*>(smem + L::kRowSeq);
   int* row_pos = reinterpret_cast<int*>(smem + L::kRowPos);
@@ -139,6 +183,7 @@ __global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a
   const int g = blockIdx.y;
   const int n_head = a.p.n_head;
   const int used_rows = a.tokens * G;
+  const int window = a.p.window;
 
   // Row metadata: seq -1 marks a row with no query (past the batch or past T * G).
   for (int r = tid; r < kRows; r += kFaThreads) {
@@ -160,19 +205,25 @@ __global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a
     dst[0] = __floats2half2_rn(v.x * a.p.scale, v.y * a.p.scale);
     dst[1] = __floats2half2_rn(v.z * a.p.scale, v.w * a.p.scale);
   }
+  __syncthreads();
 
-  // This lane's row (two lanes per row) and its part of O: for each 16-column block nb, the
-  // columns nb * 16 + half * 8 + [0, 8).
-  const int my_row = warp * 16 + lane / 2;
-  const int half_sel = lane % 2;
-  float o[kDBlocks * 8];
+  // This lane's two rows of the warp's 16 and its Q fragments (the A operand of every S product).
+  const int quad = lane % 4;
+  const int row0 = warp * 16 + lane / 4, row1 = row0 + 8;
+  uint32_t qf[kDSteps][4];
 #pragma unroll
-  for (int i = 0; i < kDBlocks * 8; ++i) o[i] = 0.f;
-  float m = -INFINITY, l = 0.f;
+  for (int kk = 0; kk < kDSteps; ++kk) {
+    ldsm_x4(qf[kk], smem_u32(sq + (warp * 16 + lane % 16) * kLdH + kk * 16 + (lane / 16) * 8));
+  }
+  float o[kOTiles][4];
+#pragma unroll
+  for (int j = 0; j < kOTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY;  // running max of row0 / row1 (equal in the 4 lanes of a quad)
+  float l0 = 0.f, l1 = 0.f;              // this lane's part of the running sums
 
   int prev_seq = -1;
   for (;;) {
-    __syncthreads();  // row metadata / Q written; previous pass done with ctl
+    __syncthreads();  // the previous pass is done with ctl and the tile buffers
     if (warp == 0) {
       // The next sequence: the smallest id above the previous pass's among the rows.
       int next = INT_MAX;
@@ -200,7 +251,7 @@ __global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a
           const int n_keys = a.kv.seq_len[next];
           const int32_t* kp = a.kv.pos + kv_slot0(a.kv, a.layer, next, g);
           kend = count_le(kp, n_keys, qmax);
-          if (a.p.window > 0) kbeg = count_le(kp, kend, static_cast<int64_t>(qmin) - a.p.window);
+          if (window > 0) kbeg = count_le(kp, kend, static_cast<int64_t>(qmin) - window);
           if (gridDim.z > 1) {
             // Split: chunk blockIdx.z of Z equal parts of [kbeg, kend), whole tiles each.
             const int len = kend - kbeg;
@@ -225,167 +276,169 @@ __global__ void __launch_bounds__(kFaThreads, 2) flash_attention_kernel(FaArgs a
     const int kbeg = ctl[1], kend = ctl[2];
     prev_seq = s;
 
-    const bool active = row_seq[my_row] == s;
-    const int qp = row_pos[my_row];
-    const bool warp_active = __any_sync(0xFFFFFFFFu, active);
+    const bool act0 = row_seq[row0] == s, act1 = row_seq[row1] == s;
+    const int qp0 = row_pos[row0], qp1 = row_pos[row1];
+    const bool warp_active = __any_sync(0xFFFFFFFFu, act0 || act1);
     const int32_t* kp = a.kv.pos + kv_slot0(a.kv, a.layer, s, g);
     const int64_t base = kv_slot0(a.kv, a.layer, s, g) * static_cast<int64_t>(D);
     const __half* kb = a.kv.k + base;
     const __half* vb = a.kv.v + base;
 
-    for (int k0 = kbeg; k0 < kend; k0 += kKeys) {
-      // K, V and positions of keys [k0, k0 + kKeys); rows past kend are zeros (V must be finite:
-      // masked keys get P = 0, and 0 * NaN would poison O).
+    // K, V and positions of keys [k0, k0 + kKeys) into buffer `stage`; rows past kend are zeros
+    // (V must be finite: masked keys get P = 0, and 0 * NaN would poison O), and their positions
+    // are never read (the mask checks the key index first).
+    auto load_tile = [&](int k0, int stage) {
       constexpr int kChunks = kKeys * D / 8;  // 16-byte pieces per tile
-      constexpr int kPer = kChunks / kFaThreads;
       static_assert(kChunks % kFaThreads == 0, "tile pieces must split evenly");
-      uint4 kr[kPer], vr[kPer];
+      __half* skt = sk + stage * kKeys * kLdH;
+      __half* svt = sv + stage * kKeys * kLdH;
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) {
+      for (int i = 0; i < kChunks / kFaThreads; ++i) {
         const int c = tid + i * kFaThreads;
         const int row = c / (D / 8), col = (c % (D / 8)) * 8;
-        kr[i] = make_uint4(0u, 0u, 0u, 0u);
-        vr[i] = make_uint4(0u, 0u, 0u, 0u);
-        if (k0 + row < kend) {
-          const int64_t off = static_cast<int64_t>(k0 + row) * D + col;
-          kr[i] = *reinterpret_cast<const uint4*>(kb + off);
-          vr[i] = *reinterpret_cast<const uint4*>(vb + off);
-        }
+        const bool in = k0 + row < kend;
+        const int64_t off = in ? static_cast<int64_t>(k0 + row) * D + col : 0;
+        cp_async_16(smem_u32(skt + row * kLdH + col), kb + off, in ? 16 : 0);
+        cp_async_16(smem_u32(svt + row * kLdH + col), vb + off, in ? 16 : 0);
       }
-      int kpv = INT_MAX;
-      if (tid < kKeys && k0 + tid < kend) kpv = kp[k0 + tid];
-      __syncthreads();  // the previous tile's readers are done
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int c = tid + i * kFaThreads;
-        const int row = c / (D / 8), col = (c % (D / 8)) * 8;
-        *reinterpret_cast<uint4*>(sk + row * kLdH + col) = kr[i];
-        *reinterpret_cast<uint4*>(sv + row * kLdH + col) = vr[i];
+      if (tid < kKeys) {
+        const bool in = k0 + tid < kend;
+        cp_async_4(smem_u32(skpos + stage * kKeys + tid), kp + (in ? k0 + tid : 0), in ? 4 : 0);
       }
-      if (tid < kKeys) skpos[tid] = kpv;
-      __syncthreads();
-      if (!warp_active) continue;  // warp-uniform; the block's barriers are all above
+    };
 
-      float* sw = ss + warp * 16 * kLdS;  // this warp's S rows, later its P V staging
-      __half* pw = sp + warp * 16 * kLdP;
-      // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
-      {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kKeys / 16];
+    const int n_tiles = (kend - kbeg + kKeys - 1) / kKeys;
+    if (n_tiles > 0) load_tile(kbeg, 0);
+    cp_async_commit();
+    for (int it = 0; it < n_tiles; ++it) {
+      const int k0 = kbeg + it * kKeys;
+      const int stage = it % kStages;
+      if (it + 1 < n_tiles) load_tile(k0 + kKeys, (it + 1) % kStages);
+      cp_async_commit();
+      cp_async_wait_one();  // this thread's copies of tile `it` have landed
+      __syncthreads();      // and everyone's
+      if (warp_active) {
+        const __half* skt = sk + stage * kKeys * kLdH;
+        const __half* svt = sv + stage * kKeys * kLdH;
+        const int* kpt = skpos + stage * kKeys;
+        // S = Q K^T: 16 rows x 64 keys per warp. An ldmatrix.x4 of K gives the B fragments of
+        // two 8-key tiles for one 16-wide step of D.
+        float sacc[kSTiles][4];
 #pragma unroll
-        for (int nb = 0; nb < kKeys / 16; ++nb) wmma::fill_fragment(acc[nb], 0.f);
+        for (int j = 0; j < kSTiles; ++j) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < kDBlocks; ++kk) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-          wmma::load_matrix_sync(fa, sq + warp * 16 * kLdH + kk * 16, kLdH);
+        for (int kk = 0; kk < kDSteps; ++kk) {
 #pragma unroll
-          for (int nb = 0; nb < kKeys / 16; ++nb) {
-            // B[d][key] = K[key][d]: column-major with leading dimension kLdH.
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-            wmma::load_matrix_sync(fb, sk + nb * 16 * kLdH + kk * 16, kLdH);
-            wmma::mma_sync(acc[nb], fa, fb, acc[nb]);
+          for (int jp = 0; jp < kSTiles / 2; ++jp) {
+            uint32_t b[4];
+            const int key = jp * 16 + (lane % 8) + (lane / 16) * 8;
+            const int d = kk * 16 + ((lane / 8) % 2) * 8;
+            ldsm_x4(b, smem_u32(skt + key * kLdH + d));
+            mma_16816(sacc[2 * jp], qf[kk], b[0], b[1]);
+            mma_16816(sacc[2 * jp + 1], qf[kk], b[2], b[3]);
           }
         }
+        // Mask and online softmax. Accumulator element e of tile j: row (e < 2 ? row0 : row1),
+        // key j * 8 + 2 * quad + e % 2.
+        float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-        for (int nb = 0; nb < kKeys / 16; ++nb) {
-          wmma::store_matrix_sync(sw + nb * 16, acc[nb], kLdS, wmma::mem_row_major);
+        for (int j = 0; j < kSTiles; ++j) {
+          const int c = j * 8 + 2 * quad;
+          const int2 kp2 = *reinterpret_cast<const int2*>(kpt + c);
+          const bool in0 = k0 + c < kend, in1 = k0 + c + 1 < kend;
+          sacc[j][0] = key_visible(act0, in0, kp2.x, qp0, window) ? sacc[j][0] * kLog2e : -INFINITY;
+          sacc[j][1] = key_visible(act0, in1, kp2.y, qp0, window) ? sacc[j][1] * kLog2e : -INFINITY;
+          sacc[j][2] = key_visible(act1, in0, kp2.x, qp1, window) ? sacc[j][2] * kLog2e : -INFINITY;
+          sacc[j][3] = key_visible(act1, in1, kp2.y, qp1, window) ? sacc[j][3] * kLog2e : -INFINITY;
+          mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
+          mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
         }
-      }
-      __syncwarp();
-      // Online softmax on this lane's half of its row: columns 2 * half_sel + 4 i + {0, 1}.
-      const int rr = lane / 2;
-      float corr;
-      {
-        float x[kKeys / 2];
-        float tmax = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < kKeys / 4; ++i) {
-          const int c = 2 * half_sel + 4 * i;
-          const float2 sv2 = *reinterpret_cast<const float2*>(sw + rr * kLdS + c);
-          const int2 kp2 = *reinterpret_cast<const int2*>(skpos + c);
-          const bool v0 = active && kp2.x <= qp && (a.p.window <= 0 || kp2.x > qp - a.p.window);
-          const bool v1 = active && kp2.y <= qp && (a.p.window <= 0 || kp2.y > qp - a.p.window);
-          x[2 * i] = v0 ? sv2.x * kLog2e : -INFINITY;
-          x[2 * i + 1] = v1 ? sv2.y * kLog2e : -INFINITY;
-          tmax = fmaxf(tmax, fmaxf(x[2 * i], x[2 * i + 1]));
-        }
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xFFFFFFFFu, tmax, 1));
-        const float mnew = fmaxf(m, tmax);
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
         // Nothing visible yet: keep O = 0, l = 0 (and avoid -inf - -inf).
-        const float msub = mnew == -INFINITY ? 0.f : mnew;
-        corr = exp2f(m - msub);  // m = -inf: 0 (O and l are 0 anyway)
-        float sum = 0.f;
+        const float ms0 = mn0 == -INFINITY ? 0.f : mn0;
+        const float ms1 = mn1 == -INFINITY ? 0.f : mn1;
+        const float c0 = exp2f(m0 - ms0), c1 = exp2f(m1 - ms1);  // m = -inf: 0 (O and l are 0 anyway)
+        m0 = mn0;
+        m1 = mn1;
+        // P, packed into the A fragments of P V: keys 16 kk2 + [0, 8) are tile 2 kk2 (registers 0
+        // and 1), keys 16 kk2 + [8, 16) tile 2 kk2 + 1 (registers 2 and 3).
+        uint32_t pf[kKeys / 16][4];
+        float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-        for (int i = 0; i < kKeys / 4; ++i) {
-          const int c = 2 * half_sel + 4 * i;
-          const float p0 = exp2f(x[2 * i] - msub);
-          const float p1 = exp2f(x[2 * i + 1] - msub);
-          sum += p0 + p1;
-          *reinterpret_cast<__half2*>(pw + rr * kLdP + c) = __floats2half2_rn(p0, p1);
+        for (int j = 0; j < kSTiles; ++j) {
+          const float p0 = exp2f(sacc[j][0] - ms0), p1 = exp2f(sacc[j][1] - ms0);
+          const float p2 = exp2f(sacc[j][2] - ms1), p3 = exp2f(sacc[j][3] - ms1);
+          sum0 += p0 + p1;
+          sum1 += p2 + p3;
+          pf[j / 2][(j % 2) * 2] = pack_half2(p0, p1);
+          pf[j / 2][(j % 2) * 2 + 1] = pack_half2(p2, p3);
         }
-        sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
-        l = l * corr + sum;
-        m = mnew;
-      }
-      __syncwarp();  // P written; S reads done before the staging below overwrites sw
-      // O = O * corr + P V, 16 output columns at a time.
-      {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fp[kKeys / 16];
+        l0 = l0 * c0 + sum0;
+        l1 = l1 * c1 + sum1;
 #pragma unroll
-        for (int kk = 0; kk < kKeys / 16; ++kk) wmma::load_matrix_sync(fp[kk], pw + kk * 16, kLdP);
+        for (int j = 0; j < kOTiles; ++j) {
+          o[j][0] *= c0;
+          o[j][1] *= c0;
+          o[j][2] *= c1;
+          o[j][3] *= c1;
+        }
+        // O += P V. A transposing ldmatrix.x4 of V gives the B fragments of two 8-column tiles of
+        // O for one 16-key step.
 #pragma unroll
-        for (int nb = 0; nb < kDBlocks; ++nb) {
-          wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-          wmma::fill_fragment(acc, 0.f);
+        for (int kk2 = 0; kk2 < kKeys / 16; ++kk2) {
 #pragma unroll
-          for (int kk = 0; kk < kKeys / 16; ++kk) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
-            wmma::load_matrix_sync(fb, sv + kk * 16 * kLdH + nb * 16, kLdH);
-            wmma::mma_sync(acc, fp[kk], fb, acc);
+          for (int dp = 0; dp < kOTiles / 2; ++dp) {
+            uint32_t b[4];
+            const int key = kk2 * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+            const int d = dp * 16 + (lane / 16) * 8;
+            ldsm_x4_trans(b, smem_u32(svt + key * kLdH + d));
+            mma_16816(o[2 * dp], pf[kk2], b[0], b[1]);
+            mma_16816(o[2 * dp + 1], pf[kk2], b[2], b[3]);
           }
-          wmma::store_matrix_sync(sw, acc, kLdO, wmma::mem_row_major);
-          __syncwarp();
-          const float4 p0 = *reinterpret_cast<const float4*>(sw + rr * kLdO + half_sel * 8);
-          const float4 p1 = *reinterpret_cast<const float4*>(sw + rr * kLdO + half_sel * 8 + 4);
-          float* on = o + nb * 8;
-          on[0] = on[0] * corr + p0.x;
-          on[1] = on[1] * corr + p0.y;
-          on[2] = on[2] * corr + p0.z;
-          on[3] = on[3] * corr + p0.w;
-          on[4] = on[4] * corr + p1.x;
-          on[5] = on[5] * corr + p1.y;
-          on[6] = on[6] * corr + p1.z;
-          on[7] = on[7] * corr + p1.w;
-          __syncwarp();  // staging read before the next block's store
         }
       }
+      __syncthreads();  // everyone is done with buffer `stage` before the next copy into it
     }
   }
 
   // Results: every row with a query writes, including rows that saw no key (zeros, or l = 0).
-  if (row_seq[my_row] < 0) return;
-  const int t = t0 + my_row / G;
-  const int h = g * G + my_row % G;
-  const int64_t th = static_cast<int64_t>(t) * n_head + h;
-  if (a.part_o == nullptr) {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    float* dst = a.out + th * D + half_sel * 8;
+  l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, 1);
+  l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, 2);
+  l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, 1);
+  l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, 2);
 #pragma unroll
-    for (int nb = 0; nb < kDBlocks; ++nb) {
-      const float* on = o + nb * 8;
-      *reinterpret_cast<float4*>(dst + nb * 16) = make_float4(on[0] * inv, on[1] * inv, on[2] * inv, on[3] * inv);
-      *reinterpret_cast<float4*>(dst + nb * 16 + 4) = make_float4(on[4] * inv, on[5] * inv, on[6] * inv, on[7] * inv);
-    }
-  } else {
-    const int64_t idx = th * gridDim.z + blockIdx.z;
-    float* dst = a.part_o + idx * D + half_sel * 8;
+  for (int half = 0; half < 2; ++half) {
+    const int row = half == 0 ? row0 : row1;
+    if (row_seq[row] < 0) continue;
+    const float m = half == 0 ? m0 : m1;
+    const float l = half == 0 ? l0 : l1;
+    const int t = t0 + row / G;
+    const int h = g * G + row % G;
+    const int64_t th = static_cast<int64_t>(t) * n_head + h;
+    if (a.part_o == nullptr) {
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float* dst = a.out + th * D + 2 * quad;
 #pragma unroll
-    for (int nb = 0; nb < kDBlocks; ++nb) {
-      const float* on = o + nb * 8;
-      *reinterpret_cast<float4*>(dst + nb * 16) = make_float4(on[0], on[1], on[2], on[3]);
-      *reinterpret_cast<float4*>(dst + nb * 16 + 4) = make_float4(on[4], on[5], on[6], on[7]);
+      for (int j = 0; j < kOTiles; ++j) {
+        *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o[j][2 * half] * inv, o[j][2 * half + 1] * inv);
+      }
+    } else {
+      const int64_t idx = th * gridDim.z + blockIdx.z;
+      float* dst = a.part_o + idx * D + 2 * quad;
+#pragma unroll
+      for (int j = 0; j < kOTiles; ++j) {
+        *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o[j][2 * half], o[j][2 * half + 1]);
+      }
+      if (quad == 0) a.part_ml[idx] = make_float2(m, l);
     }
-    if (half_sel == 0) a.part_ml[idx] = make_float2(m, l);
   }
+#else
+  __trap();  // fa_supported() declines on GPUs that run this build (no mma.sync m16n8k16)
+#endif
 }
 
 // One block per (token, head), one thread per output column: out = sum_c w_c O_c / sum_c w_c l_c
@@ -416,8 +469,28 @@ __global__ void attention_merge_kernel(const float* __restrict__ part_o, const f
 }
 
 // The kernel for head_dim d, or false.
+// Whether the current GPU runs a build of the kernel made for sm_80 or later (machine code, or PTX
+// of such a virtual architecture): the compute_75 PTX build only traps.
+bool fa_built_for_device() {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static bool ok[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+  std::call_once(once[dev], [dev] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, flash_attention_kernel<128>) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it so the next launch does not report it
+      return;
+    }
+    ok[dev] = attr.binaryVersion >= 80 && (attr.ptxVersion == 0 || attr.ptxVersion >= 80);
+  });
+  return ok[dev];
+}
+
 bool fa_supported(const KvDev& kv, const AttnDev& p) {
   if (p.head_dim != 64 && p.head_dim != 128) return false;
+  if (!fa_built_for_device()) return false;
   if (kv.head_dim != p.head_dim || kv.n_head_kv != p.n_head_kv) return false;
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0) return false;
   return p.n_head / p.n_head_kv <= kRows;
