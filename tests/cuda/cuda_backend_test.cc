@@ -431,6 +431,57 @@ TEST(CudaModel, LogitsMatchCpuPerType) {
   }
 }
 
+// Q4_K_M keeps Q and K in Q4_K and gives V six bits (Q6_K) in the layers llama.cpp's mix chooses
+// (here layer 1 of 2): the three products of the attention input run as one two-type GEMV launch.
+// The same logits as one launch per weight (FRUGAL_CUDA_FUSE_MIXED=0), up to the order of float
+// additions (a lone K may be split over several warps per row): rel_l2 below 1e-5 per step, where
+// a wrong row, type or output of the merged launch moves the logits by far more than 1e-3.
+TEST(CudaModel, TwoTypeProductSetMatchesOneLaunchPerWeight) {
+  SKIP_WITHOUT_GPU();
+  auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
+  ASSERT_TRUE(opts.ok());
+  opts->weight_type = "Q4_K_M";
+  opts->n_layer = 2;
+  opts->weight_std = 0.05;
+  const fs::path path = fs::temp_directory_path() / "frugal_cuda_two_type_set.gguf";
+  ASSERT_TRUE(synth::write_random_model(*opts, path.string()).ok());
+  auto model = Model::load(path.string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Model& m = **model;
+  bool two_types = false;
+  for (const LayerWeights& l : m.weights().layers) {
+    two_types = two_types || (l.wq.type == DType::kQ4_K && l.wk.type == DType::kQ4_K && l.wv.type == DType::kQ6_K);
+  }
+  ASSERT_TRUE(two_types) << "the synthesized Q4_K_M file has no layer with Q4_K Q/K and a Q6_K V";
+  auto merged = make_cuda_backend();
+  ASSERT_TRUE(merged.ok()) << merged.status().to_string();
+  setenv("FRUGAL_CUDA_FUSE_MIXED", "0", 1);
+  auto separate = make_cuda_backend();
+  unsetenv("FRUGAL_CUDA_FUSE_MIXED");
+  ASSERT_TRUE(separate.ok()) << separate.status().to_string();
+  const int64_t nv = m.config().n_vocab;
+  auto kv_a = KvCache::create(m.kv_options(1, 64));
+  auto kv_b = KvCache::create(m.kv_options(1, 64));
+  ASSERT_TRUE(kv_a.ok() && kv_b.ok());
+  const auto prompt = prompt_tokens(nv, 5, 9);
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<int32_t>(i), 0, true);
+  // Steps of 5 tokens (the multi-token GEMV) and then of one.
+  for (int step = 0; step < 4; ++step) {
+    std::vector<float> la(static_cast<size_t>(b.n_logits() * nv), NAN), lb(la.size(), NAN);
+    ASSERT_TRUE(m.forward(b, *kv_a, **merged, la.data()).ok());
+    ASSERT_TRUE(m.forward(b, *kv_b, **separate, lb.data()).ok());
+    const std::vector<double> ref(lb.begin(), lb.end());
+    const double err = rel_l2(la, ref);
+    std::printf("two-type set step %d (%d tokens): rel_l2 merged vs separate %.2e\n", step, static_cast<int>(b.size()), err);
+    EXPECT_LT(err, 1e-5) << "step " << step;
+    const int32_t next = b.pos.back() + 1;
+    b.clear();
+    b.add(static_cast<TokenId>((prompt[static_cast<size_t>(step)] * 5 + 3) % nv), next, 0, true);
+  }
+  fs::remove(path);
+}
+
 std::string model_dir() {
   const char* e = std::getenv("FRUGAL_TEST_MODELS");
   return e != nullptr ? e : "";

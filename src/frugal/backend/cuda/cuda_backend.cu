@@ -211,11 +211,22 @@ class Gemm {
   }
 
   // Several weights of one input (y_i = x W_i^T + b_i): one GEMV launch when they share a type,
-  // else one product each. FRUGAL_CUDA_FUSE=0 turns the merged launch off.
+  // or when the 8-bit GEMV takes their types together (Q4_K_M's Q4_K Q and K with a Q6_K V), else
+  // one product each. FRUGAL_CUDA_FUSE=0 turns the merged launch off, FRUGAL_CUDA_FUSE_MIXED=0 the
+  // two-type one only.
   void run_set(const DevWeight* const* w, float* const* y, const float* const* bias, int count, const float* x,
                int n) {
     bool same = fuse_ && n <= kGemvMaxTokens && count <= 3;
-    for (int i = 1; i < count && same; ++i) same = w[i]->type == w[0]->type && w[i]->cols == w[0]->cols;
+    bool one_type = true;
+    for (int i = 1; i < count && same; ++i) {
+      same = w[i]->cols == w[0]->cols;
+      one_type = one_type && w[i]->type == w[0]->type;
+    }
+    if (same && !one_type) {
+      DType types[3] = {};
+      for (int i = 0; i < count; ++i) types[i] = w[i]->type;
+      same = fuse_mixed_ && q8_ && gemv_q8_set_supported(types, count);
+    }
     if (!same) {
       for (int i = 0; i < count; ++i) run(*w[i], x, n, y[i], bias[i], false);
       return;
@@ -239,9 +250,14 @@ class Gemm {
       launch_gemv_q8_set(set, *qx, n, false, stream_);
       return;
     }
+    if (!one_type) {  // only the 8-bit GEMV takes two types (q8_input has recorded why it could not)
+      for (int i = 0; i < count; ++i) run(*w[i], x, n, y[i], bias[i], false);
+      return;
+    }
     launch_gemv_set(set, gemv_input(w[0]->type, x, n, w[0]->cols), n, stream_);
   }
   void set_fuse(bool on) { fuse_ = on; }
+  void set_fuse_mixed(bool on) { fuse_mixed_ = on; }
   // FRUGAL_GEMV_Q8=0: quantized weights take the float-activation GEMV (for comparison).
   void set_q8(bool on) { q8_ = on; }
 
@@ -457,6 +473,7 @@ class Gemm {
   void* act_ = nullptr;
   size_t dq_need_ = 0, dq_cap_ = 0, act_need_ = 0, act_cap_ = 0;
   bool fuse_ = true;
+  bool fuse_mixed_ = true;
   bool q8_ = true;
   const float* half_src_ = nullptr;  // input whose 2-byte copy act_ holds (half_input)
   int64_t half_n_ = 0;
@@ -529,6 +546,8 @@ class CudaBackend final : public Backend {
     flash_ = fl == nullptr || std::strcmp(fl, "0") != 0;
     const char* f = std::getenv("FRUGAL_CUDA_FUSE");
     if (f != nullptr && std::strcmp(f, "0") == 0) gemm_.set_fuse(false);
+    const char* fm = std::getenv("FRUGAL_CUDA_FUSE_MIXED");
+    if (fm != nullptr && std::strcmp(fm, "0") == 0) gemm_.set_fuse_mixed(false);
 
     // Per-launch synchronization and per-kernel events cannot happen inside graph capture.
     if (sync_each_launch() || profiling()) opts_.graphs = false;

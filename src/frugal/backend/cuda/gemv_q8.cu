@@ -417,15 +417,11 @@ struct Q<DType::kQ6_K> {
 // Each warp computes R consecutive rows for up to NT tokens: per unit the R rows' weight registers
 // are loaded first (R independent loads in flight), then each token's activation unit is loaded
 // once and used for all R rows. Rows past the end are clamped for loading and not stored.
+// The rows of block b (of `w`, whose first block is `first`) for the kernels below.
 template <DType T, int NT, int R, int KS>
-__global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QActView x, int nt, int accumulate) {
+__device__ __forceinline__ void gemv_q8_rows(const DevWeight& w, float* y, const float* bias, int first, int b,
+                                             int prefetch, const QActView& x, int nt, int accumulate) {
   using D = Q<T>;
-  const int b = static_cast<int>(blockIdx.x);
-  const int i = (set.n > 2 && b >= set.first2) ? 2 : ((set.n > 1 && b >= set.first1) ? 1 : 0);
-  const DevWeight& w = i == 0 ? set.w0 : (i == 1 ? set.w1 : set.w2);
-  float* y = i == 0 ? set.y0 : (i == 1 ? set.y1 : set.y2);
-  const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
-  const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
   const int lane = threadIdx.x % kWarp;
   // KS warps share a row (each takes every KS-th unit of it; their sums meet in shared memory), so
   // a matrix with few rows still has enough warps to keep DRAM busy.
@@ -437,7 +433,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QA
   for (int r = 0; r < R; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
   // The weights do not depend on the previous kernel: start pulling the first bytes of each row
   // into L2 while it finishes (programmatic dependent launch, common.cuh), then wait for it.
-  const int64_t ahead = w.row_stride < set.prefetch ? w.row_stride : set.prefetch;
+  const int64_t ahead = w.row_stride < prefetch ? w.row_stride : prefetch;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int64_t at = (static_cast<int64_t>(part) * kWarp + lane) * 128;
@@ -467,6 +463,35 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QA
     }
   }
   gemv_finish_rows<kWarps, NT, R, KS>(acc, part, row0, w.rows, nt, bias, y, accumulate);
+}
+
+template <DType T, int NT, int R, int KS>
+__global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QActView x, int nt, int accumulate) {
+  const int b = static_cast<int>(blockIdx.x);
+  const int i = (set.n > 2 && b >= set.first2) ? 2 : ((set.n > 1 && b >= set.first1) ? 1 : 0);
+  const DevWeight& w = i == 0 ? set.w0 : (i == 1 ? set.w1 : set.w2);
+  float* y = i == 0 ? set.y0 : (i == 1 ? set.y1 : set.y2);
+  const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
+  const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
+  gemv_q8_rows<T, NT, R, KS>(w, y, bias, first, b, set.prefetch, x, nt, accumulate);
+}
+
+// A set whose weights take the same 8-bit activations but have two types (Q4_K_M's Q and K in
+// Q4_K beside a Q6_K V): one launch instead of one per weight. Each block's weight is one of the
+// two types, so the branch is uniform per block; one row per warp, unsplit (the set has the rows).
+template <DType T0, DType T1, int NT>
+__global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_mixed_kernel(GemvSet set, QActView x, int nt, int accumulate) {
+  const int b = static_cast<int>(blockIdx.x);
+  const int i = (set.n > 2 && b >= set.first2) ? 2 : ((set.n > 1 && b >= set.first1) ? 1 : 0);
+  const DevWeight& w = i == 0 ? set.w0 : (i == 1 ? set.w1 : set.w2);
+  float* y = i == 0 ? set.y0 : (i == 1 ? set.y1 : set.y2);
+  const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
+  const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
+  if (w.type == T0) {
+    gemv_q8_rows<T0, NT, 1, 1>(w, y, bias, first, b, set.prefetch, x, nt, accumulate);
+  } else {
+    gemv_q8_rows<T1, NT, 1, 1>(w, y, bias, first, b, set.prefetch, x, nt, accumulate);
+  }
 }
 
 // Rows per warp (FRUGAL_GEMV_Q8_ROWS=1|2|4, default 1): one row per warp measured fastest on the
@@ -512,6 +537,32 @@ void launch_t(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream
       }
     }
   }
+}
+
+// The only two-type set the backend forms (gemv_q8_set_supported).
+void launch_mixed(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
+  GemvSet g = set;
+  const int total = gemv_layout(g, kWarps);
+  if (total <= 0 || n <= 0) return;
+  gemv_profile_label("gemv_q8_mixed", g, n, 1, 1);
+  const dim3 grid(static_cast<unsigned>(total));
+  const dim3 block(kWarps * kWarp);
+  constexpr DType A = DType::kQ4_K, B = DType::kQ6_K;
+  if (n == 1) {
+    launch_kernel("gemv_q8_mixed_kernel<NT=1>", gemv_q8_mixed_kernel<A, B, 1>, grid, block, 0, s, g, x, 1, acc ? 1 : 0);
+  } else if (n <= 4) {
+    launch_kernel("gemv_q8_mixed_kernel<NT=4>", gemv_q8_mixed_kernel<A, B, 4>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
+  } else {
+    launch_kernel("gemv_q8_mixed_kernel<NT=8>", gemv_q8_mixed_kernel<A, B, 8>, grid, block, 0, s, g, x, n, acc ? 1 : 0);
+  }
+}
+
+bool mixed_types(const GemvSet& set) {
+  const DevWeight* ws[3] = {&set.w0, &set.w1, &set.w2};
+  for (int i = 1; i < set.n; ++i) {
+    if (ws[i]->type != set.w0.type) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -603,7 +654,29 @@ void launch_swiglu_q8(float* gate, const float* up, int rows, int dim, QActKind 
                 const_cast<int*>(out.s));
 }
 
+bool gemv_q8_set_supported(const DType* types, int count) {
+  if (count < 1 || count > 3) return false;
+  bool same = true;
+  for (int i = 1; i < count; ++i) same = same && types[i] == types[0];
+  if (same) return q8_activation_kind(types[0]) != QActKind::kNone;
+  for (int i = 0; i < count; ++i) {
+    if (types[i] != DType::kQ4_K && types[i] != DType::kQ6_K) return false;
+  }
+  return true;
+}
+
 void launch_gemv_q8_set(const GemvSet& set, const QActView& x, int n, bool accumulate, cudaStream_t s) {
+  if (mixed_types(set)) {
+    const DType types[3] = {set.w0.type, set.w1.type, set.w2.type};
+    if (!gemv_q8_set_supported(types, set.n)) {
+      record_launch_error(cat("cuda: no 8-bit activation GEMV for a set of weight types ",
+                              std::string(dtype_name(set.w0.type)), ", ", std::string(dtype_name(set.w1.type)),
+                              set.n > 2 ? ", " + std::string(dtype_name(set.w2.type)) : std::string()));
+      return;
+    }
+    launch_mixed(set, x, n, accumulate, s);
+    return;
+  }
   switch (set.w0.type) {
     case DType::kQ8_0: launch_t<DType::kQ8_0>(set, x, n, accumulate, s); break;
     case DType::kQ4_0: launch_t<DType::kQ4_0>(set, x, n, accumulate, s); break;

@@ -33,9 +33,11 @@ size_t q8_activation_bytes(int64_t n, int64_t cols);
 // be a multiple of 32 (kQ8_0) or 256 (kQ8_K).
 QActView launch_quantize_activations(QActKind kind, const float* x, int n, int64_t cols, void* scratch,
                                      cudaStream_t s);
-// y_i[t][r] (+)= dot(W_i[r], x[t]) (+ b_i[r]) for t < n <= 8 and the set's weights (one type, the
-// kind q8_activation_kind gives).
+// y_i[t][r] (+)= dot(W_i[r], x[t]) (+ b_i[r]) for t < n <= 8 and the set's weights: one type (the
+// kind q8_activation_kind gives), or Q4_K and Q6_K mixed (both take Q8_K activations).
 void launch_gemv_q8_set(const GemvSet& set, const QActView& x, int n, bool accumulate, cudaStream_t s);
+// Whether launch_gemv_q8_set takes a set of these `count` (1-3) weight types in one launch.
+bool gemv_q8_set_supported(const DType* types, int count);
 
 // Warp-level quantizers shared by the quantize kernels and the producers that quantize their own
 // output (rms_norm, swiglu: ops.cu), so that every path writes the same codes as the CPU.
