@@ -106,4 +106,12 @@ void gemv_reference(const View& v, const float* x, float* y, int64_t row_begin, 
 void gemv_lut(const View& v, const float* x, float* y, int64_t row_begin, int64_t row_end,
               std::vector<float>& scratch);
 
+// The same product with SIMD (quant/simd_fluxbin.cc, Highway dynamic dispatch), what the CPU
+// backend runs; gemv_lut stays the scalar reference for it. No tables: with u_k[j] = c_k[g, j] x_j
+// and U_k[g] their sum over the group, sum_j B_k[o, j] u_k[j] = 2 sum_{j: bit set} u_k[j] - U_k[g],
+// and the sign bits become lane masks. Equal to gemv_lut up to the order of float additions.
+// `scratch` is resized as needed (2 * cols + groups * (2 + salient) floats).
+void gemv_simd(const View& v, const float* x, float* y, int64_t row_begin, int64_t row_end,
+               std::vector<float>& scratch);
+
 }  // namespace frugal::quant::fluxbin
