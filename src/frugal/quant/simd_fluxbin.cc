@@ -76,6 +76,7 @@ HWY_INLINE V8 salient_lanes(D8 d8, const uint8_t* codes, const float* xg, int sa
 void GemvSigns(const View& v, const float* x, float* y, int64_t row_begin, int64_t row_end,
                std::vector<float>& scratch) {
   const hn::ScalableTag<float> d;
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
   constexpr int kN = static_cast<int>(hn::MaxLanes(hn::ScalableTag<float>()));
   static_assert(kGroup % (2 * kN) == 0, "a group is a whole number of vector pairs");
   const int64_t cols = v.cols;
@@ -89,10 +90,14 @@ void GemvSigns(const View& v, const float* x, float* y, int64_t row_begin, int64
   for (int k = 0; k < kBases; ++k) {
     const uint16_t* c = v.col_scales + k * cols;
     float* uk = u + k * cols;
-    for (int64_t j = 0; j < cols; ++j) uk[j] = fp16_to_f32(c[j]) * x[j];
     for (int64_t g = 0; g < groups; ++g) {
       auto s = hn::Zero(d);
-      for (int j = 0; j < kGroup; j += kN) s = hn::Add(s, hn::LoadU(d, uk + g * kGroup + j));
+      for (int64_t j = g * kGroup; j < (g + 1) * kGroup; j += kN) {
+        const auto cj = hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(c + j)));
+        const auto uj = hn::Mul(cj, hn::LoadU(d, x + j));
+        hn::StoreU(uj, d, uk + j);
+        s = hn::Add(s, uj);
+      }
       usum[2 * g + k] = hn::GetLane(hn::SumOfLanes(d, s));
     }
   }
