@@ -215,10 +215,10 @@ class FluxBinSimd : public ::testing::TestWithParam<int64_t> {
 // Both compute the same sum of terms; only the order of the float additions differs (SIMD lanes,
 // 2 * masked sum - group sum instead of a +- table), so each is within gamma_n * B of the exact
 // value, B = sum_j (|r_1 c_1j| + |r_2 c_2j|) |x_j| + sum_salient |scale (q - 8) x_j| the sum of the
-// terms' magnitudes, gamma_n ~ n * 2^-24 in the worst case with n the additions on a path (a
-// few hundred here); the test allows 1e-5 * B, which rounding errors in practice stay far below
-// (they grow like sqrt(n) * 2^-24) while a wrong sign, scale or salient term moves a row by a
-// sizeable part of B.
+// terms' magnitudes, gamma_n ~ n * 2^-24 in the worst case with n the number of terms (up to a
+// few thousand here); the test allows 1e-5 * B, below that worst case but far above what
+// rounding reaches in practice (it grows like sqrt(n) * 2^-24), while a wrong sign, scale or
+// salient term moves a row by a sizeable part of B.
 TEST_P(FluxBinSimd, GemvEqualsScalarLutOnRandomShapes) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
