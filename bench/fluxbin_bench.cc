@@ -1,7 +1,7 @@
 // One-token matrix-vector product through CpuBackend::matmul (the engine's path) for FluxBin's
-// SIMD GEMV (pure and hybrid) against Q2_K and Q4_K at the same shape: rows x cols of the
-// natural-text model's FFN (1536 x 512, 512 x 1536) and a 4096 x 4096 matrix; and FluxBin's two
-// GEMV kernels alone on one thread (the scalar LUT reference and the SIMD version).
+// byte GEMV (pure and hybrid) against Q2_K and Q4_K at the same shape: rows x cols of the
+// natural-text model's FFN (1536 x 512, 512 x 1536) and a 4096 x 4096 matrix; and FluxBin's GEMV
+// kernels alone on one thread (the scalar LUT reference, float SIMD, bytes).
 // Threads: --threads=N before Google Benchmark's flags (default 2).
 // Counters: bytes_per_second counts the weight bytes read once per product (for FluxBin with
 // its column scales and salient parts); MAC/s counts rows x cols.
@@ -83,9 +83,12 @@ void BM_FluxBin(benchmark::State& state, int salient) {
   run(state, w, m->blocks.size() + 2 * m->col_scales.size() + m->salient_idx.size() + m->salient_vals.size());
 }
 
-// The GEMV kernels alone on one thread, all rows: the scalar LUT reference (gemv_lut) and the
-// SIMD version the backend runs (gemv_simd), so one run compares them.
-void BM_FluxBinKernel(benchmark::State& state, int salient, bool simd) {
+// The GEMV kernels alone on one thread, all rows: the scalar LUT reference (gemv_lut), the float
+// SIMD version (gemv_simd) and the byte version the backend runs (gemv_bytes), so one run
+// compares them.
+enum class Kernel { kLut, kSimd, kBytes };
+
+void BM_FluxBinKernel(benchmark::State& state, int salient, Kernel kernel) {
   const int64_t rows = state.range(0), cols = state.range(1);
   const std::vector<float> f = random_floats(rows * cols, 1);
   quant::fluxbin::FitOptions opt;
@@ -101,10 +104,10 @@ void BM_FluxBinKernel(benchmark::State& state, int salient, bool simd) {
   std::vector<float> y(static_cast<size_t>(rows));
   std::vector<float> scratch;
   for (auto _ : state) {
-    if (simd) {
-      quant::fluxbin::gemv_simd(v, x.data(), y.data(), 0, rows, scratch);
-    } else {
-      quant::fluxbin::gemv_lut(v, x.data(), y.data(), 0, rows, scratch);
+    switch (kernel) {
+      case Kernel::kLut: quant::fluxbin::gemv_lut(v, x.data(), y.data(), 0, rows, scratch); break;
+      case Kernel::kSimd: quant::fluxbin::gemv_simd(v, x.data(), y.data(), 0, rows, scratch); break;
+      case Kernel::kBytes: quant::fluxbin::gemv_bytes(v, x.data(), y.data(), 0, rows, scratch); break;
     }
     benchmark::DoNotOptimize(y.data());
   }
@@ -118,10 +121,12 @@ void shapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK_CAPTURE(BM_FluxBin, pure, 0)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_FluxBin, hybrid, 8)->Apply(shapes);
-BENCHMARK_CAPTURE(BM_FluxBinKernel, pure_lut_1thread, 0, false)->Apply(shapes);
-BENCHMARK_CAPTURE(BM_FluxBinKernel, pure_simd_1thread, 0, true)->Apply(shapes);
-BENCHMARK_CAPTURE(BM_FluxBinKernel, hybrid_lut_1thread, 8, false)->Apply(shapes);
-BENCHMARK_CAPTURE(BM_FluxBinKernel, hybrid_simd_1thread, 8, true)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_FluxBinKernel, pure_lut_1thread, 0, Kernel::kLut)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_FluxBinKernel, pure_simd_1thread, 0, Kernel::kSimd)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_FluxBinKernel, pure_bytes_1thread, 0, Kernel::kBytes)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_FluxBinKernel, hybrid_lut_1thread, 8, Kernel::kLut)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_FluxBinKernel, hybrid_simd_1thread, 8, Kernel::kSimd)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_FluxBinKernel, hybrid_bytes_1thread, 8, Kernel::kBytes)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Quant, Q2_K, DType::kQ2_K)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Quant, Q4_K, DType::kQ4_K)->Apply(shapes);
 

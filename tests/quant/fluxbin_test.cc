@@ -275,6 +275,116 @@ TEST_P(FluxBinSimd, GemvEqualsScalarLutOnRandomShapes) {
   }
 }
 
+// gemv_bytes against gemv_lut on fresh random matrices and inputs. Its only approximation is the
+// bytes: with u_j = c_k[g, j] x_j (each as float) and d = max_j |u_j| / 255 per group and basis,
+// | |u_j| - d q_j | <= d / 2, so a row's basis-k term sum_j B_j u_j moves by at most
+// |r_k| * 128 * d / 2 per group (kGroup * d / 2); the bound below is that summed over groups and
+// bases, plus the float reassociation allowance of gemv_simd's test (1e-5 * B). Where the target
+// has fewer than 8 float lanes gemv_bytes runs gemv_simd, which is within the same bound. On the
+// others the result is also checked against the exact sum of the bytes as the kernel forms them.
+TEST_P(FluxBinSimd, BytesGemvWithinQuantizationBoundOfScalarLut) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::uniform_int_distribution<int> rows_of(1, 70), groups_of(1, 12);
+  std::vector<float> scratch_lut, scratch_bytes;
+  double worst = 0;  // largest |error| / quantization bound seen
+  for (int salient : {0, 8, 2, 32}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      const int64_t rows = rows_of(rng), cols = fb::kGroup * groups_of(rng);
+      SCOPED_TRACE("salient " + std::to_string(salient) + " rows " + std::to_string(rows) + " cols " +
+                   std::to_string(cols));
+      const RandomFluxBin m(rows, cols, salient, rng);
+      const fb::View v = m.view();
+      std::vector<float> x(cols);
+      for (float& e : x) e = n(rng);
+      // One trial in three: inputs over six decades, so that small |u| round to 0 bytes.
+      if (trial % 3 == 2) {
+        std::uniform_real_distribution<float> dec(-6.f, 0.f);
+        for (float& e : x) e *= std::pow(10.f, dec(rng));
+      }
+      std::vector<float> lut(rows), bytes(rows, -1.f);
+      fb::gemv_lut(v, x.data(), lut.data(), 0, rows, scratch_lut);
+      fb::gemv_bytes(v, x.data(), bytes.data(), 0, rows, scratch_bytes);
+      const int64_t groups = cols / fb::kGroup;
+      const int64_t srb = fb::salient_row_bytes(salient);
+      // The bytes as the kernel forms them (float products, round to nearest even), so that the
+      // kernel's sum can also be checked against the exact sum of its own terms.
+      std::vector<double> dk(2 * groups);
+      std::vector<double> su(2 * cols);  // sign(u_j) * d * q_j
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int k = 0; k < 2; ++k) {
+          float mx = 0.f;
+          for (int64_t j = g * fb::kGroup; j < (g + 1) * fb::kGroup; ++j) {
+            mx = std::max(mx, std::fabs(fp16_to_f32(v.col_scales[k * cols + j]) * x[j]));
+          }
+          dk[2 * g + k] = mx / 255.0;
+          const float inv = mx > 0.f ? 255.f / mx : 0.f;
+          for (int64_t j = g * fb::kGroup; j < (g + 1) * fb::kGroup; ++j) {
+            const float u = fp16_to_f32(v.col_scales[k * cols + j]) * x[j];
+            const float q = std::min(std::nearbyint(std::fabs(u) * inv), 255.f);
+            su[k * cols + j] = (u < 0 ? -1.0 : 1.0) * static_cast<double>(mx / 255.f) * q;
+          }
+        }
+      }
+      for (int64_t o = 0; o < rows; ++o) {
+        double b = 0, qbound = 0, emu = 0, emu_mag = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          const uint8_t* blk = v.blocks + (o * groups + g) * fb::kBlockBytes;
+          uint16_t rh[2];
+          std::memcpy(rh, blk + fb::kBases * fb::kSignBytes, 4);
+          for (int k = 0; k < 2; ++k) {
+            qbound += std::fabs(fp16_to_f32(rh[k])) * fb::kGroup * dk[2 * g + k] / 2;
+            for (int j = 0; j < fb::kGroup; ++j) {
+              const bool bit = (blk[k * fb::kSignBytes + j / 8] >> (j % 8)) & 1;
+              const double t = fp16_to_f32(rh[k]) * su[k * cols + g * fb::kGroup + j];
+              emu += bit ? t : -t;
+              emu_mag += std::fabs(t);
+            }
+          }
+          for (int64_t j = g * fb::kGroup; j < (g + 1) * fb::kGroup; ++j) {
+            b += (std::fabs(fp16_to_f32(rh[0]) * fp16_to_f32(v.col_scales[j])) +
+                  std::fabs(fp16_to_f32(rh[1]) * fp16_to_f32(v.col_scales[cols + j]))) *
+                 std::fabs(x[j]);
+          }
+          if (salient > 0) {
+            const uint8_t* p = v.salient_vals + (o * groups + g) * srb;
+            uint16_t sh;
+            std::memcpy(&sh, p, 2);
+            for (int t = 0; t < salient; ++t) {
+              const int q = ((p[2 + t / 2] >> (4 * (t % 2))) & 15) - 8;
+              const double st = static_cast<double>(fp16_to_f32(sh)) * q * x[g * fb::kGroup + v.salient_idx[g * salient + t]];
+              b += std::fabs(st);
+              emu += st;
+              emu_mag += std::fabs(st);
+            }
+          }
+        }
+        if (quant::simd_target_label(GetParam()).rfind("AVX", 0) == 0) {
+          // Targets with 8 or more float lanes (AVX2, the AVX3 family) run the bytes path: its
+          // sum equals the emulated one up to reassociation (this catches a wrong byte scale,
+          // which the worst-case bound above would not).
+          ASSERT_NEAR(bytes[o], emu, 1e-5 * emu_mag) << "row " << o;
+        }
+        const double err = std::fabs(static_cast<double>(bytes[o]) - lut[o]);
+        ASSERT_LE(err, qbound + 1e-5 * b) << "row " << o << " (quantization bound " << qbound << ", B = " << b << ")";
+        if (qbound > 0) worst = std::max(worst, err / qbound);
+      }
+      if (rows > 2) {
+        std::vector<float> part(rows, 12345.f);
+        fb::gemv_bytes(v, x.data(), part.data(), 1, rows - 1, scratch_bytes);
+        ASSERT_EQ(part[0], 12345.f);
+        ASSERT_EQ(part[rows - 1], 12345.f);
+        for (int64_t o = 1; o < rows - 1; ++o) ASSERT_EQ(part[o], bytes[o]) << "row " << o;
+      }
+    }
+  }
+  // The bound is a worst case (every rounding error at d / 2 and of one sign); random errors
+  // cancel, so the bound is not met with equality, but the bytes path does round.
+  RecordProperty("worst_error_over_bound", std::to_string(worst));
+}
+
 // A fitted matrix too: the values the fit stores, through the same comparison to the reference as
 // gemv_lut's test.
 TEST_P(FluxBinSimd, GemvEqualsReferenceOnFittedMatrices) {

@@ -309,8 +309,8 @@ void CpuBackend::matmul_row_invariant(const WeightTensor& w, const float* x, int
 
 namespace {
 
-// FluxBin by its SIMD GEMV (quant/fluxbin.h, gemv_simd). One token: rows split over the threads,
-// each computing the per-call column products u = c * x for its rows. Several tokens: tokens
+// FluxBin by its byte GEMV (quant/fluxbin.h, gemv_bytes). One token: rows split over the threads,
+// each computing the per-call column products u = c * x and their bytes for its rows. Several tokens: tokens
 // split over the threads. Each output depends on its token and row only, so results do not
 // change with the batch (row invariance holds by construction).
 void matmul_fluxbin(ThreadPool& pool, const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
@@ -320,15 +320,15 @@ void matmul_fluxbin(ThreadPool& pool, const WeightTensor& w, const float* x, int
     if (bias == nullptr) return;
     for (int64_t r = r0; r < r1; ++r) yt[r] += bias[r];
   };
-  // The column products live in a buffer of each chunk (2 * cols floats and a few per group,
-  // small beside the products they serve); a thread_local one would outlive the call in every
+  // The column bytes live in a buffer of each chunk (cols / 2 floats and a few per group, small
+  // beside the products they serve); a thread_local one would outlive the call in every
   // pool thread.
   if (n == 1) {
-    // One chunk per thread: every chunk computes the column products again.
+    // One chunk per thread: every chunk computes the column bytes again.
     const int64_t chunk = std::max<int64_t>(16, (w.rows + pool.size() - 1) / pool.size());
     pool.parallel_for(w.rows, chunk, [&](int64_t b, int64_t e, int) {
       std::vector<float> scratch;
-      quant::fluxbin::gemv_simd(v, x, y, b, e, scratch);
+      quant::fluxbin::gemv_bytes(v, x, y, b, e, scratch);
       finish(y, b, e);
     });
     return;
@@ -336,7 +336,7 @@ void matmul_fluxbin(ThreadPool& pool, const WeightTensor& w, const float* x, int
   pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
     std::vector<float> scratch;
     for (int64_t t = b; t < e; ++t) {
-      quant::fluxbin::gemv_simd(v, x + t * w.cols, y + t * w.rows, 0, w.rows, scratch);
+      quant::fluxbin::gemv_bytes(v, x + t * w.cols, y + t * w.rows, 0, w.rows, scratch);
       finish(y + t * w.rows, 0, w.rows);
     }
   });
