@@ -299,10 +299,14 @@ TEST_P(FluxBinSimd, BytesGemvWithinQuantizationBoundOfScalarLut) {
       const fb::View v = m.view();
       std::vector<float> x(cols);
       for (float& e : x) e = n(rng);
-      // One trial in three: inputs over six decades, so that small |u| round to 0 bytes.
+      // One trial in three: inputs over six decades, so that small |u| round to 0 bytes; one in
+      // six: inputs near 1e-37, below the kernel's floor on the largest |u| of a group.
       if (trial % 3 == 2) {
         std::uniform_real_distribution<float> dec(-6.f, 0.f);
         for (float& e : x) e *= std::pow(10.f, dec(rng));
+      }
+      if (trial == 4) {
+        for (float& e : x) e *= 1e-37f;
       }
       std::vector<float> lut(rows), bytes(rows, -1.f);
       fb::gemv_lut(v, x.data(), lut.data(), 0, rows, scratch_lut);
@@ -319,8 +323,9 @@ TEST_P(FluxBinSimd, BytesGemvWithinQuantizationBoundOfScalarLut) {
           for (int64_t j = g * fb::kGroup; j < (g + 1) * fb::kGroup; ++j) {
             mx = std::max(mx, std::fabs(fp16_to_f32(v.col_scales[k * cols + j]) * x[j]));
           }
+          mx = std::max(mx, 1e-35f);  // the kernel's floor on the largest |u|
           dk[2 * g + k] = mx / 255.0;
-          const float inv = mx > 0.f ? 255.f / mx : 0.f;
+          const float inv = 255.f / mx;
           for (int64_t j = g * fb::kGroup; j < (g + 1) * fb::kGroup; ++j) {
             const float u = fp16_to_f32(v.col_scales[k * cols + j]) * x[j];
             const float q = std::min(std::nearbyint(std::fabs(u) * inv), 255.f);

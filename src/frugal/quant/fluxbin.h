@@ -115,7 +115,7 @@ void gemv_simd(const View& v, const float* x, float* y, int64_t row_begin, int64
                std::vector<float>& scratch);
 
 // The same product with the u as bytes (quant/simd_fluxbin.cc), what the CPU backend runs: per
-// group and basis d = max_j |u_j| / 255, q_j = round(|u_j| / d), the signs of u folded into the
+// group and basis d = max_j |u_j| / 255 (the maximum floored at 1e-35), q_j = round(|u_j| / d), the signs of u folded into the
 // row's bits by XOR, and the masked sums of q by byte sums of absolute differences. The only
 // approximation is the bytes: |u_j| - d q_j is within d / 2, so each row and group's basis-k term
 // moves by at most |r_k| * kGroup * d / 2 from gemv_lut's (tests/quant/fluxbin_test.cc holds it

@@ -171,6 +171,8 @@ void GemvSigns(const View& v, const float* x, float* y, int64_t row_begin, int64
 // all q_j: a masked byte load and a sum of absolute differences against zero (psadbw) per 64
 // columns on AVX-512 instead of four masked float adds. Targets with fewer than 8 float lanes
 // run GemvSigns.
+constexpr float kMinMax = 1e-35f;
+
 void GemvBytes(const View& v, const float* x, float* y, int64_t row_begin, int64_t row_end,
                std::vector<float>& scratch) {
   constexpr int kNf = static_cast<int>(hn::MaxLanes(hn::ScalableTag<float>()));
@@ -212,14 +214,16 @@ void GemvBytes(const View& v, const float* x, float* y, int64_t row_begin, int64
           hn::Store(uj, d, u + j);
           mx = hn::Max(mx, hn::Abs(uj));
         }
-        const float m = hn::GetLane(hn::MaxOfLanes(d, mx));
-        const auto inv = hn::Set(d, m > 0.f ? 255.f / m : 0.f);
+        // A floor on the largest |u| keeps 255 / m finite (all q are then 0 or tiny for u below
+        // it, which moves the sum by less than kGroup * kMinMax).
+        const float m = std::max(hn::GetLane(hn::MaxOfLanes(d, mx)), kMinMax);
+        const auto inv = hn::Set(d, 255.f / m);
         uint8_t* qg = q + k * cols + g * kGroup;
         uint8_t* ng = nb + (g * 2 + k) * kSignBytes;
         auto qsum = hn::Zero(di);
         for (int j = 0; j < kGroup; j += kNf) {
           const auto uj = hn::Load(d, u + j);
-          const auto qi = hn::Min(hn::NearestInt(hn::Mul(hn::Abs(uj), inv)), hn::Set(di, 255));
+          const auto qi = hn::Max(hn::Min(hn::NearestInt(hn::Mul(hn::Abs(uj), inv)), hn::Set(di, 255)), hn::Zero(di));
           qsum = hn::Add(qsum, qi);
           hn::StoreU(hn::DemoteTo(dq, qi), dq, qg + j);
           hn::StoreMaskBits(d, hn::Lt(uj, hn::Zero(d)), ng + j / 8);
