@@ -106,4 +106,22 @@ void gemv_reference(const View& v, const float* x, float* y, int64_t row_begin, 
 void gemv_lut(const View& v, const float* x, float* y, int64_t row_begin, int64_t row_end,
               std::vector<float>& scratch);
 
+// The same product with SIMD (quant/simd_fluxbin.cc, Highway dynamic dispatch), in float: gemv_lut
+// stays the scalar reference for it. No tables: with u_k[j] = c_k[g, j] x_j
+// and U_k[g] their sum over the group, sum_j B_k[o, j] u_k[j] = 2 sum_{j: bit set} u_k[j] - U_k[g],
+// and the sign bits become lane masks. Equal to gemv_lut up to the order of float additions.
+// `scratch` is resized as needed (2 * cols + groups * (2 + salient) floats).
+void gemv_simd(const View& v, const float* x, float* y, int64_t row_begin, int64_t row_end,
+               std::vector<float>& scratch);
+
+// The same product with the u as bytes (quant/simd_fluxbin.cc), what the CPU backend runs: per
+// group and basis d = max_j |u_j| / 255 (the maximum floored at 1e-35), q_j = round(|u_j| / d), the signs of u folded into the
+// row's bits by XOR, and the masked sums of q by byte sums of absolute differences. The only
+// approximation is the bytes: |u_j| - d q_j is within d / 2, so each row and group's basis-k term
+// moves by at most |r_k| * kGroup * d / 2 from gemv_lut's (tests/quant/fluxbin_test.cc holds it
+// to that and to the exact sum of its own bytes). Targets with fewer than 8 float lanes run
+// gemv_simd. `scratch` is resized as needed (cols / 2 + groups * (12 + salient) + 2 floats).
+void gemv_bytes(const View& v, const float* x, float* y, int64_t row_begin, int64_t row_end,
+                std::vector<float>& scratch);
+
 }  // namespace frugal::quant::fluxbin

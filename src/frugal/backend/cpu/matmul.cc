@@ -309,10 +309,10 @@ void CpuBackend::matmul_row_invariant(const WeightTensor& w, const float* x, int
 
 namespace {
 
-// FluxBin by its lookup-table GEMV (quant/fluxbin.h). One token: rows split over the threads,
-// each building the group tables for its rows. Several tokens: tokens split over the threads, each
-// table then serving every row. Each output depends on its token and row only, so results do
-// not change with the batch (row invariance holds by construction).
+// FluxBin by its byte GEMV (quant/fluxbin.h, gemv_bytes). One token: rows split over the threads,
+// each computing the per-call column products u = c * x and their bytes for its rows. Several tokens: tokens
+// split over the threads. Each output depends on its token and row only, so results do not
+// change with the batch (row invariance holds by construction).
 void matmul_fluxbin(ThreadPool& pool, const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
   const quant::fluxbin::View v{w.rows, w.cols, w.fluxbin.salient, static_cast<const uint8_t*>(w.data),
                                w.fluxbin.col_scales, w.fluxbin.salient_idx, w.fluxbin.salient_vals};
@@ -320,14 +320,15 @@ void matmul_fluxbin(ThreadPool& pool, const WeightTensor& w, const float* x, int
     if (bias == nullptr) return;
     for (int64_t r = r0; r < r1; ++r) yt[r] += bias[r];
   };
-  // The tables live in a buffer of each chunk (tens of KiB, small beside the products it serves);
-  // a thread_local one would outlive the call in every pool thread.
+  // The column bytes live in a buffer of each chunk (cols / 2 floats and a few per group, small
+  // beside the products they serve); a thread_local one would outlive the call in every
+  // pool thread.
   if (n == 1) {
-    // One chunk per thread: every chunk builds all the group tables again.
+    // One chunk per thread: every chunk computes the column bytes again.
     const int64_t chunk = std::max<int64_t>(16, (w.rows + pool.size() - 1) / pool.size());
     pool.parallel_for(w.rows, chunk, [&](int64_t b, int64_t e, int) {
       std::vector<float> scratch;
-      quant::fluxbin::gemv_lut(v, x, y, b, e, scratch);
+      quant::fluxbin::gemv_bytes(v, x, y, b, e, scratch);
       finish(y, b, e);
     });
     return;
@@ -335,7 +336,7 @@ void matmul_fluxbin(ThreadPool& pool, const WeightTensor& w, const float* x, int
   pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
     std::vector<float> scratch;
     for (int64_t t = b; t < e; ++t) {
-      quant::fluxbin::gemv_lut(v, x + t * w.cols, y + t * w.rows, 0, w.rows, scratch);
+      quant::fluxbin::gemv_bytes(v, x + t * w.cols, y + t * w.rows, 0, w.rows, scratch);
       finish(y + t * w.rows, 0, w.rows);
     }
   });
