@@ -55,6 +55,8 @@ TEST(QuantizeRoundTrip, EveryWrittenTypeOnFreshInputs) {
     std::vector<float> y(x.size());
     double err[2];
     double werr[2];
+    // F16, BF16 and Q8_0 ignore the importance matrix.
+    const bool uses_imatrix = dtype_layout(c.type).block_size > 1 && c.type != DType::kQ8_0;
     for (int wi = 0; wi < 2; ++wi) {
       t->quantize_rows(x.data(), q.data(), rows, n, wi ? w.data() : nullptr);
       t->to_float_ref(q.data(), y.data(), n * rows);
@@ -62,9 +64,20 @@ TEST(QuantizeRoundTrip, EveryWrittenTypeOnFreshInputs) {
       for (size_t i = 0; i < x.size(); ++i) e += (x[i] - y[i]) * (x[i] - y[i]);
       err[wi] = std::sqrt(e / static_cast<double>(x.size())) / rms;
       werr[wi] = weighted_err(x, y, w, n);
-      EXPECT_LT(err[wi], c.max_rel_rmse) << dtype_name(c.type) << " imatrix " << wi << " seed " << seed;
+      // With an importance matrix the quantizer minimises the weighted error, and the plain error
+      // may grow where it buys weighted error (the 24 heavy columns pull the block scales): both
+      // get 1.5x the type's bound there. Over 3,000 seeds the worst seen was 1.05x (plain) and
+      // 1.12x (weighted, relative to the weighted input energy, for the types that use the
+      // matrix), both Q5_0; without the matrix the plain error stayed below 0.76x. (The plain
+      // bound alone failed about one seed in 1,000 with the matrix; 8,000 seeds pass now.)
+      const double bound = wi ? 1.5 * c.max_rel_rmse : c.max_rel_rmse;
+      EXPECT_LT(err[wi], bound) << dtype_name(c.type) << " imatrix " << wi << " seed " << seed;
+      if (wi && uses_imatrix) {
+        EXPECT_LT(std::sqrt(werr[wi] / weighted_err(x, std::vector<float>(x.size(), 0.f), w, n)), bound)
+            << dtype_name(c.type) << ": weighted error with the importance matrix, seed " << seed;
+      }
     }
-    if (dtype_layout(c.type).block_size > 1 && c.type != DType::kQ8_0) {
+    if (uses_imatrix) {
       EXPECT_LT(werr[1], werr[0]) << dtype_name(c.type) << ": the importance matrix did not help, seed " << seed;
     }
   }
