@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <random>
@@ -108,6 +109,28 @@ Quantized make_weight(DType type, int64_t rows, int64_t cols, std::mt19937& rng)
   return q;
 }
 
+// Sets an environment variable for a scope (the backend reads its switches when it starts).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
 const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                         DType::kQ4_K, DType::kQ6_K, DType::kQ5_K /* converted to F16 at upload */};
 
@@ -160,6 +183,7 @@ bool has_int8_gemv(DType t) {
 // - cuBLAS (n > 8): activations rounded to F16 (BF16 for BF16 weights): 1.5e-3 (BF16 8e-3).
 TEST(CudaKernels, MatmulMatchesReferencePerType) {
   SKIP_WITHOUT_GPU();
+  ScopedEnv all_mma("FRUGAL_CUDA_MMA", "1");  // 9..64 tokens: the tensor-core product (off by default)
   std::mt19937 rng(test_seed());
   // Odd row counts (partial blocks of rows); 4096 columns also give the float GEMV's split rows
   // (two or four warps per row, their sums combined in shared memory; FRUGAL_GEMV_SPLIT=2 or 4
@@ -172,10 +196,11 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
     // same data as in a full run.
     const bool selected = type_selected(std::string(dtype_name(type)));
     Quantized q = make_weight(type, rows, cols, rng);
-    // 17 and 64 tokens take cuBLAS (64: the batch of a 64-sequence decode step).
-    for (int64_t n : {1, 3, 5, 8, 17, 64}) {
+    // 9..64 tokens take the tensor-core product (cuBLAS for F32), 9, 17 and 33 the three token
+    // tilings (16, 32, 64) of its kernel; 64: the batch of a 64-sequence decode step.
+    for (int64_t n : {1, 3, 5, 8, 9, 17, 33, 64}) {
       if (cols > 512 && (n == 5 || n == 17)) continue;
-      if (cols <= 512 && n == 64) continue;
+      if (cols <= 512 && (n == 33 || n == 64)) continue;
       std::normal_distribution<float> nd(0.f, 1.f);
       std::vector<float> x(static_cast<size_t>(n * cols));
       for (auto& v : x) v = nd(rng);
@@ -193,7 +218,7 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
         if (type == DType::kF16 || (n > 8 && type != DType::kF32)) bound = 1.5e-3;
         if (type == DType::kBF16) bound = 8e-3;
         if (type == DType::kQ5_K) bound = std::max(bound, 1.5e-3);
-        const char* path = n > 8 ? "cuBLAS" : (int8_path && !float_acts ? "int8 GEMV" : "GEMV");
+        const char* path = n > 8 ? (type == DType::kF32 ? "cuBLAS" : "mma") : (int8_path && !float_acts ? "int8 GEMV" : "GEMV");
         if (int8_path && !float_acts) {
           const double err = rel_l2(y, reference_product(q, cpu_quantized_activations(type, x, n, cols), n));
           EXPECT_LT(err, bound) << dtype_name(type) << " n=" << n << ": against CPU-quantized activations";
@@ -209,7 +234,106 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
                       std::string(dtype_name(type)).c_str(), static_cast<long long>(cols), static_cast<long long>(n), path,
                       err, bound);
         }
+        if (n == 64 && !float_acts) {
+          // Added to what y holds (the residual products): 4096 columns and 37 rows give the
+          // tensor-core product eight K slices, whose partial sums then meet y in one of them.
+          std::mt19937 rng_y(test_seed() ^ 0x5eed);  // apart from `rng`: selecting types keeps its draws
+          std::vector<float> y0(ref.size());
+          for (auto& v : y0) v = nd(rng_y);
+          std::vector<float> acc = y0;
+          st = cuda::matmul_on_device(q.w, x.data(), n, acc.data(), false, true);
+          ASSERT_TRUE(st.ok()) << dtype_name(type) << " n=" << n << " accumulate: " << st.to_string();
+          std::vector<double> want(ref.size());
+          for (size_t i = 0; i < want.size(); ++i) want[i] = ref[i] + static_cast<double>(y0[i]);
+          const double err = rel_l2(acc, want);
+          EXPECT_LT(err, bound) << dtype_name(type) << " n=" << n << " " << path << " accumulate";
+          std::printf("matmul %-5s %4lld cols n=%-2lld %-9s accumulate rel_l2 %.2e (bound %.0e)\n",
+                      std::string(dtype_name(type)).c_str(), static_cast<long long>(cols), static_cast<long long>(n), path,
+                      err, bound);
+        }
       }
+    }
+  }
+}
+
+// The tensor-core product at the shapes of real layers: many 64-row blocks, one to sixteen K
+// slices, rows that end inside a block, BF16; against float64 dots of the exact weights and the
+// inputs rounded to the weights' type (what the kernel multiplies), and a token's outputs the same
+// bits whether it shares its batch with 8 or 63 others (the K slices depend on the weight only).
+TEST(CudaKernels, TensorCoreProductAtLayerShapes) {
+  SKIP_WITHOUT_GPU();
+  ScopedEnv all_mma("FRUGAL_CUDA_MMA", "1");
+  std::mt19937 rng(test_seed());
+  struct Shape {
+    DType type;
+    int64_t rows, cols;
+  };
+  // Blocks of 128 rows, K slices on a 132-SM GPU (gemm_mma_slices): 1000 x 4096: 8 blocks, 8
+  // slices; 130 x 4096: 2 blocks, the second of 2 rows; 4100 x 1024: 33 blocks, 4 slices; BF16
+  // 300 x 2048; 2500 x 8192: 20 blocks, 8 slices of 16 steps; 17000 x 512: 133 blocks, unsplit.
+  const Shape shapes[] = {{DType::kF16, 1000, 4096}, {DType::kF16, 130, 4096}, {DType::kF16, 4100, 1024},
+                          {DType::kBF16, 300, 2048}, {DType::kF16, 2500, 8192}, {DType::kF16, 17000, 512}};
+  for (const Shape& sh : shapes) {
+    Quantized q = make_weight(sh.type, sh.rows, sh.cols, rng);
+    const int64_t n = 64;
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> x(static_cast<size_t>(n * sh.cols));
+    for (auto& v : x) v = nd(rng);
+    // The kernel's operands: inputs rounded to the weight's 16-bit type.
+    std::vector<float> xr(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      xr[i] = sh.type == DType::kBF16 ? bf16_to_f32(f32_to_bf16(x[i])) : fp16_to_f32(f32_to_fp16(x[i]));
+    }
+    const std::vector<double> ref = reference_product(q, xr, n);
+    std::vector<float> y(ref.size());
+    Status st = cuda::matmul_on_device(q.w, x.data(), n, y.data());
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const double err = rel_l2(y, ref);
+    // F32 sums of exact products of 16-bit operands: only the summation order differs.
+    EXPECT_LT(err, 1e-5) << dtype_name(sh.type) << " " << sh.rows << " x " << sh.cols;
+    std::vector<float> y9(static_cast<size_t>(9 * sh.rows));
+    st = cuda::matmul_on_device(q.w, x.data(), 9, y9.data());
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    int64_t differ = 0;
+    for (size_t i = 0; i < y9.size(); ++i) differ += std::memcmp(&y9[i], &y[i], 4) != 0;
+    EXPECT_EQ(differ, 0) << dtype_name(sh.type) << " " << sh.rows << " x " << sh.cols
+                         << ": the first 9 tokens' outputs at n = 9 differ from those at n = 64";
+    std::printf("tensor-core product %-4s %5lld x %5lld n=64: rel_l2 %.2e against float64 of rounded inputs; "
+                "n=9 vs n=64: %lld of %zu outputs differ\n",
+                std::string(dtype_name(sh.type)).c_str(), static_cast<long long>(sh.rows),
+                static_cast<long long>(sh.cols), err, static_cast<long long>(differ), y9.size());
+  }
+}
+
+// FRUGAL_GEMM_BENCH=1: microseconds per product of a 64-sequence Llama-3.1-8B decode step's
+// weights, tensor-core kernel against cuBLAS, one process (not a test: it asserts nothing).
+TEST(CudaKernels, TensorCoreProductBench) {
+  SKIP_WITHOUT_GPU();
+  if (std::getenv("FRUGAL_GEMM_BENCH") == nullptr) GTEST_SKIP() << "FRUGAL_GEMM_BENCH=1 runs it";
+  std::mt19937 rng(test_seed());
+  struct Case {
+    const char* name;
+    std::vector<std::pair<int64_t, int64_t>> ws;
+  };
+  const Case cases[] = {{"q", {{4096, 4096}}},
+                        {"k", {{1024, 4096}}},
+                        {"qkv set", {{4096, 4096}, {1024, 4096}, {1024, 4096}}},
+                        {"o", {{4096, 4096}}},
+                        {"gate+up set", {{14336, 4096}, {14336, 4096}}},
+                        {"down", {{4096, 14336}}},
+                        {"lm_head", {{128256, 4096}}}};
+  for (const Case& c : cases) {
+    std::vector<Quantized> qs;
+    for (auto [r, k] : c.ws) qs.push_back(make_weight(DType::kF16, r, k, rng));
+    std::vector<const WeightTensor*> wp;
+    for (auto& q : qs) wp.push_back(&q.w);
+    for (int64_t n : {16, 32, 64}) {
+      auto t = cuda::time_product_on_device(wp.data(), static_cast<int>(wp.size()), n, 50);
+      ASSERT_TRUE(t.ok()) << t.status().to_string();
+      std::printf("product %-12s F16 n=%2lld: mma %8.2f us (%6.0f GB/s), cuBLAS %8.2f us (%6.0f GB/s), %.2fx%s\n",
+                  c.name, static_cast<long long>(n), t->mma_us, t->weight_bytes / t->mma_us / 1e3, t->cublas_us,
+                  t->weight_bytes / t->cublas_us / 1e3, t->cublas_us / t->mma_us,
+                  t->mma_used ? "" : " (no tensor-core build for this GPU)");
     }
   }
 }
@@ -480,6 +604,90 @@ TEST(CudaModel, TwoTypeProductSetMatchesOneLaunchPerWeight) {
     b.add(static_cast<TokenId>((prompt[static_cast<size_t>(step)] * 5 + 3) % nv), next, 0, true);
   }
   fs::remove(path);
+}
+
+// Whole forward passes with 9..64-token steps (Q, K, V and gate, up as one tensor-core launch
+// each, O, down and the output head alone) against the same model with every such product on
+// cuBLAS.
+TEST(CudaModel, TensorCoreProductsMatchCublasInAForwardPass) {
+  SKIP_WITHOUT_GPU();
+  for (const char* type : {"F16", "BF16"}) {
+    auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
+    ASSERT_TRUE(opts.ok());
+    opts->weight_type = type;
+    opts->n_layer = 2;
+    opts->weight_std = 0.05;
+    const fs::path path = fs::temp_directory_path() / (std::string("frugal_cuda_mma_") + type + ".gguf");
+    ASSERT_TRUE(synth::write_random_model(*opts, path.string()).ok());
+    auto model = Model::load(path.string());
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    Model& m = **model;
+    setenv("FRUGAL_CUDA_MMA", "1", 1);
+    auto mma = make_cuda_backend();
+    setenv("FRUGAL_CUDA_MMA", "0", 1);
+    auto blas = make_cuda_backend();
+    unsetenv("FRUGAL_CUDA_MMA");
+    ASSERT_TRUE(mma.ok()) << mma.status().to_string();
+    ASSERT_TRUE(blas.ok()) << blas.status().to_string();
+    const int64_t nv = m.config().n_vocab;
+    auto kv_a = KvCache::create(m.kv_options(1, 128));
+    auto kv_b = KvCache::create(m.kv_options(1, 128));
+    ASSERT_TRUE(kv_a.ok() && kv_b.ok());
+    const auto prompt = prompt_tokens(nv, 64, 11);
+    int32_t pos = 0;
+    // Steps of 40, 9 and 15 tokens, every row's logits.
+    for (int len : {40, 9, 15}) {
+      Batch b;
+      for (int i = 0; i < len; ++i, ++pos) b.add(prompt[static_cast<size_t>(pos)], pos, 0, true);
+      std::vector<float> la(static_cast<size_t>(b.n_logits() * nv), NAN), lb(la.size(), NAN);
+      ASSERT_TRUE(m.forward(b, *kv_a, **mma, la.data()).ok());
+      ASSERT_TRUE(m.forward(b, *kv_b, **blas, lb.data()).ok());
+      const double err = rel_l2(la, std::vector<double>(lb.begin(), lb.end()));
+      std::printf("%s forward, %d tokens: rel_l2 tensor-core vs cuBLAS products %.2e\n", type, len, err);
+      // Summation orders differ by ~1e-7 (TensorCoreProductAtLayerShapes), but every product's
+      // input is rounded to the 16-bit type first, and a value near a rounding boundary moves by
+      // one unit (2^-11 relative for F16, 2^-8 for BF16) on either side: the products' own bounds.
+      EXPECT_LT(err, std::string(type) == "BF16" ? 8e-3 : 1.5e-3) << type << ", a step of " << len << " tokens";
+    }
+    fs::remove(path);
+  }
+}
+
+// rms_norm and swiglu writing the 16-bit operands of the next F16/BF16 product themselves (instead
+// of a conversion kernel per product input) must change no bit of the logits.
+TEST(CudaModel, ProducerWrittenHalfOperandsChangeNoBit) {
+  SKIP_WITHOUT_GPU();
+  for (const char* type : {"F16", "BF16"}) {
+    auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
+    ASSERT_TRUE(opts.ok());
+    opts->weight_type = type;
+    opts->n_layer = 2;
+    const fs::path path = fs::temp_directory_path() / (std::string("frugal_cuda_prehalf_") + type + ".gguf");
+    ASSERT_TRUE(synth::write_random_model(*opts, path.string()).ok());
+    auto model = Model::load(path.string());
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    Model& m = **model;
+    auto fused = make_cuda_backend();
+    setenv("FRUGAL_CUDA_PRODUCER_HALF", "0", 1);
+    auto separate = make_cuda_backend();
+    unsetenv("FRUGAL_CUDA_PRODUCER_HALF");
+    ASSERT_TRUE(fused.ok() && separate.ok());
+    const int64_t nv = m.config().n_vocab;
+    auto kv_a = KvCache::create(m.kv_options(1, 128));
+    auto kv_b = KvCache::create(m.kv_options(1, 128));
+    ASSERT_TRUE(kv_a.ok() && kv_b.ok());
+    const auto prompt = prompt_tokens(nv, 64, 17);
+    int32_t pos = 0;
+    for (int len : {40, 9, 15}) {
+      Batch b;
+      for (int i = 0; i < len; ++i, ++pos) b.add(prompt[static_cast<size_t>(pos)], pos, 0, true);
+      std::vector<float> la(static_cast<size_t>(b.n_logits() * nv), NAN), lb(la.size(), NAN);
+      ASSERT_TRUE(m.forward(b, *kv_a, **fused, la.data()).ok());
+      ASSERT_TRUE(m.forward(b, *kv_b, **separate, lb.data()).ok());
+      EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << type << ", " << len << " tokens";
+    }
+    fs::remove(path);
+  }
 }
 
 std::string model_dir() {

@@ -274,15 +274,40 @@ void launch_get_rows(const DevWeight& w, const int32_t* ids, int n, float* y, cu
 // Elementwise and normalization kernels (ops.cu).
 // round: 0 keeps F32, 1 rounds the outputs to F16 precision, 2 to BF16 (what the GEMV of an F16 or
 // BF16 weight does to its input below 8 tokens: the producer does it instead of a separate kernel).
+// half_out (optional): the output also as the next product's 16-bit operands, [rows][dim] F16
+// (BF16 with half_bf16), saving that product its conversion kernel (Gemm::prehalf).
 void launch_rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
-                     const int32_t* row_ids, cudaStream_t s, int round = 0);
+                     const int32_t* row_ids, cudaStream_t s, int round = 0, void* half_out = nullptr,
+                     bool half_bf16 = false);
 void launch_to_half(const float* x, int64_t n, __half* y, cudaStream_t s);
 void launch_to_bf16(const float* x, int64_t n, void* y, cudaStream_t s);
 void launch_round(const float* x, int64_t n, float* y, bool bf16, cudaStream_t s);
 // out[r] = the greedy token of logits row r (core/greedy_token.h), r < n_rows.
 void launch_argmax_rows(const float* logits, int n_rows, int64_t n_vocab, int32_t* out, cudaStream_t s);
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t s);
-void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int round = 0);
+void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int round = 0, void* half_out = nullptr,
+                   bool half_bf16 = false);
+
+// Tensor-core products of F16/BF16 weights for 1..kMmaMaxTokens tokens (gemm_mma.cu): for each
+// part, y [n][rows] (+)= x [n][cols] W^T (+ bias), x in the weights' 16-bit type. Up to
+// kMmaMaxParts weights of one input in one launch. Needs sm_90 (gemm_mma_built_for_device) and
+// gemm_mma_fits for every part.
+constexpr int kMmaMaxTokens = 64;
+constexpr int kMmaMaxParts = 3;
+struct MmaPart {
+  const void* w = nullptr;
+  int64_t rows = 0;
+  int64_t ld = 0;  // elements between weight rows
+  float* y = nullptr;
+  const float* bias = nullptr;
+};
+bool gemm_mma_built_for_device();
+bool gemm_mma_fits(const MmaPart& p, int64_t cols);
+// K slices for `blocks` row ranges of 128 (FRUGAL_CUDA_MMA_SLICES=N forces N, at most 8).
+int gemm_mma_slices(int64_t blocks, int64_t cols, int sm_count);
+// w_ready: no kernel of the step writes the weights (false for a just-dequantized copy).
+void launch_gemm_mma(const MmaPart* parts, int count, const void* x, int n, int64_t cols, bool bf16, bool acc,
+                     bool w_ready, int sm_count, cudaStream_t s);
 
 struct RopeDev {
   int n_rot = 0;

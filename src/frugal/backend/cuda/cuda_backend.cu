@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -132,6 +133,13 @@ class Gemm {
     FRUGAL_CUBLAS(cublas().set_workspace(handle_, workspace_, kCublasWorkspace));
     const char* q8 = std::getenv("FRUGAL_GEMV_Q8");
     q8_ = q8 == nullptr || std::strcmp(q8, "0") != 0;
+    const char* mma = std::getenv("FRUGAL_CUDA_MMA");
+    mma_on_ = mma != nullptr && std::strcmp(mma, "1") == 0 && gemm_mma_built_for_device();
+    const char* ph = std::getenv("FRUGAL_CUDA_PRODUCER_HALF");
+    producer_half_ = ph == nullptr || std::strcmp(ph, "0") != 0;
+    int dev = 0;
+    FRUGAL_CUDA(cudaGetDevice(&dev));
+    FRUGAL_CUDA(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev));
     return ok_status();
   }
   ~Gemm() {
@@ -227,6 +235,7 @@ class Gemm {
       for (int i = 0; i < count; ++i) types[i] = w[i]->type;
       same = fuse_mixed_ && q8_ && gemv_q8_set_supported(types, count);
     }
+    if (!same && fuse_ && count <= kMmaMaxParts && mma_set(w, y, bias, count, x, n)) return;
     if (!same) {
       for (int i = 0; i < count; ++i) run(*w[i], x, n, y[i], bias[i], false);
       return;
@@ -257,6 +266,9 @@ class Gemm {
     launch_gemv_set(set, gemv_input(w[0]->type, x, n, w[0]->cols), n, stream_);
   }
   void set_fuse(bool on) { fuse_ = on; }
+  // Every product the tensor-core kernel can take on it, or none (only on where the device runs it).
+  void set_mma(bool on) { mma_on_ = on && gemm_mma_built_for_device(); }
+  bool mma_on() const { return mma_on_; }
   void set_fuse_mixed(bool on) { fuse_mixed_ = on; }
   // FRUGAL_GEMV_Q8=0: quantized weights take the float-activation GEMV (for comparison).
   void set_q8(bool on) { q8_ = on; }
@@ -322,6 +334,28 @@ class Gemm {
     pre_mode_ = mode;
   }
 
+  // For a producer of x [n][cols] (rms_norm, swiglu) whose products take 16-bit operands (F16 or
+  // BF16 weights, more than 8 tokens): where to write them as well, and whether as BF16, or null.
+  // The copy then counts as converted (half_input skips its kernel) until new_input.
+  // FRUGAL_CUDA_PRODUCER_HALF=0: the products convert x themselves.
+  void* prehalf(std::initializer_list<const DevWeight*> ws, const float* x, int n, int64_t cols, bool* bf16) {
+    if (!producer_half_ || n <= kGemvMaxTokens || n < kCpuFloatPathMinTokens) return nullptr;
+    DType t = DType::kF32;
+    for (const DevWeight* w : ws) {
+      if (w->type != DType::kF16 && w->type != DType::kBF16) return nullptr;
+      if (t != DType::kF32 && w->type != t) return nullptr;
+      t = w->type;
+    }
+    const int64_t xn = static_cast<int64_t>(n) * cols;
+    if (act_ == nullptr || static_cast<size_t>(xn) > act_cap_) return nullptr;
+    rounded_src_ = nullptr;  // act_ is about to hold 2-byte operands
+    half_src_ = x;
+    half_n_ = xn;
+    half_bf16_ = t == DType::kBF16;
+    *bf16 = half_bf16_;
+    return act_;
+  }
+
 
  private:
   const float* gemv_input(DType type, const float* x, int n, int64_t cols) {
@@ -364,6 +398,42 @@ class Gemm {
     half_src_ = x;
     half_n_ = xn;
     half_bf16_ = bf16;
+  }
+
+  // Whether the tensor-core product (gemm_mma.cu) takes `w` at n tokens. Off unless
+  // FRUGAL_CUDA_MMA=1: in 16-, 32- and 64-sequence F16 decode on an H100 it did not beat cuBLAS
+  // (docs/benchmarks.md, 2026-12-06 "Tensor-core products for 9..64 tokens").
+  bool mma_takes(const DevWeight& w, int n) const {
+    if (!mma_on_ || n <= kGemvMaxTokens || n > kMmaMaxTokens) return false;
+    if (w.type == DType::kF32) return false;
+    MmaPart p;
+    const bool half = w.type == DType::kF16 || w.type == DType::kBF16;
+    p.w = half ? static_cast<const void*>(w.data) : dq_;
+    p.rows = w.rows;
+    p.ld = half ? w.row_stride / 2 : w.cols;
+    return (half || w.row_stride > 0) && gemm_mma_fits(p, w.cols);
+  }
+
+  // Q, K and V (gate and up) of one F16 or BF16 input as one tensor-core launch, when it takes
+  // them all; false leaves them to the caller.
+  bool mma_set(const DevWeight* const* w, float* const* y, const float* const* bias, int count, const float* x, int n) {
+    const DType t = w[0]->type;
+    if (t != DType::kF16 && t != DType::kBF16) return false;
+    MmaPart parts[kMmaMaxParts];
+    for (int i = 0; i < count; ++i) {
+      if (w[i]->type != t || w[i]->cols != w[0]->cols || !mma_takes(*w[i], n)) return false;
+      parts[i].w = w[i]->data;
+      parts[i].rows = w[i]->rows;
+      parts[i].ld = w[i]->row_stride / 2;
+      parts[i].y = y[i];
+      parts[i].bias = bias[i];
+    }
+    const int64_t xn = static_cast<int64_t>(n) * w[0]->cols;
+    if (act_ == nullptr || static_cast<size_t>(xn) > act_cap_) return false;  // cublas_run says why
+    rounded_src_ = nullptr;  // act_ is about to hold 2-byte operands
+    half_input(x, xn, t == DType::kBF16);
+    launch_gemm_mma(parts, count, act_, n, w[0]->cols, t == DType::kBF16, false, true, sm_count_, stream_);
+    return true;
   }
 
   void cublas_run(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool acc) {
@@ -416,6 +486,17 @@ class Gemm {
         half_input(x, xn, false);
         b = act_;
         break;
+    }
+    if (mma_takes(w, n)) {
+      // Few tokens: the tensor-core product streams the weight faster than cuBLAS tiles it.
+      MmaPart p;
+      p.w = a;
+      p.rows = w.rows;
+      p.ld = lda;
+      p.y = y;
+      p.bias = bias;
+      launch_gemm_mma(&p, 1, b, n, w.cols, w.type == DType::kBF16, acc, a == w.data, sm_count_, stream_);
+      return;
     }
     if (trace_level() >= 3) {
       trace(3, "cublasGemmEx(T, N, m ", w.rows, ", n ", n, ", k ", w.cols, ", lda ", lda, ", weight ",
@@ -475,6 +556,10 @@ class Gemm {
   bool fuse_ = true;
   bool fuse_mixed_ = true;
   bool q8_ = true;
+  // Tensor-core products for 9..64 tokens (mma_takes).
+  bool mma_on_ = false;
+  int sm_count_ = 0;
+  bool producer_half_ = true;  // prehalf
   const float* half_src_ = nullptr;  // input whose 2-byte copy act_ holds (half_input)
   int64_t half_n_ = 0;
   bool half_bf16_ = false;
@@ -926,7 +1011,9 @@ void CudaBackend::layer(int il, int n) {
   if (const QActView* qv = gemm_.prequantize({&L.wq, &L.wk, &L.wv}, b.h, n, embd, &kind)) {
     launch_rms_norm_q8(b.x, L.attn_norm, n, embd, c.rms_eps, b.h, kind, *qv, s);
   } else {
-    launch_rms_norm(b.x, L.attn_norm, n, embd, c.rms_eps, b.h, nullptr, s, round_qkv);
+    bool bf16 = false;
+    void* half = gemm_.prehalf({&L.wq, &L.wk, &L.wv}, b.h, n, embd, &bf16);
+    launch_rms_norm(b.x, L.attn_norm, n, embd, c.rms_eps, b.h, nullptr, s, round_qkv, half, bf16);
     gemm_.mark_rounded(b.h, round_qkv);
   }
   {
@@ -972,7 +1059,9 @@ void CudaBackend::layer(int il, int n) {
   if (const QActView* qv = gemm_.prequantize({&L.w_gate, &L.w_up}, b.h, n, embd, &kind)) {
     launch_rms_norm_q8(b.x, L.ffn_norm, n, embd, c.rms_eps, b.h, kind, *qv, s);
   } else {
-    launch_rms_norm(b.x, L.ffn_norm, n, embd, c.rms_eps, b.h, nullptr, s, round_ffn);
+    bool bf16 = false;
+    void* half = gemm_.prehalf({&L.w_gate, &L.w_up}, b.h, n, embd, &bf16);
+    launch_rms_norm(b.x, L.ffn_norm, n, embd, c.rms_eps, b.h, nullptr, s, round_ffn, half, bf16);
     gemm_.mark_rounded(b.h, round_ffn);
   }
   {
@@ -986,7 +1075,9 @@ void CudaBackend::layer(int il, int n) {
   if (const QActView* qv = gemm_.prequantize({&L.w_down}, b.gate, n, c.n_ff, &kind)) {
     launch_swiglu_q8(b.gate, b.up, n, static_cast<int>(c.n_ff), kind, *qv, s);
   } else {
-    launch_swiglu(b.gate, b.up, static_cast<int64_t>(n) * c.n_ff, s, round_down);
+    bool bf16 = false;
+    void* half = gemm_.prehalf({&L.w_down}, b.gate, n, c.n_ff, &bf16);
+    launch_swiglu(b.gate, b.up, static_cast<int64_t>(n) * c.n_ff, s, round_down, half, bf16);
     gemm_.mark_rounded(b.gate, round_down);
   }
   gemm_.run(L.w_down, b.gate, n, b.x, nullptr, true);
@@ -1319,9 +1410,10 @@ Result<DeviceInfo> device_info(int device) {
   return d;
 }
 
-Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations) {
+Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations,
+                        bool accumulate) {
   const std::string what = cat("matmul_on_device ", std::string(dtype_name(w.type)), " ", w.rows, "x", w.cols, " n=", n,
-                               n <= kGemvMaxTokens ? " (GEMV)" : " (cuBLAS)");
+                               n <= kGemvMaxTokens ? " (GEMV)" : " (mma or cuBLAS)");
   trace(1, what, ": stream, cuBLAS handle");
   OneShot o;
   FRUGAL_RETURN_IF_ERROR(o.init());
@@ -1334,17 +1426,91 @@ Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float*
   FRUGAL_RETURN_IF_ERROR(o.arena.alloc(static_cast<size_t>(n * w.cols), &dx));
   FRUGAL_RETURN_IF_ERROR(o.arena.alloc(static_cast<size_t>(n * w.rows), &dy));
   FRUGAL_CUDA(cudaMemcpy(dx, x, static_cast<size_t>(n * w.cols) * 4, cudaMemcpyHostToDevice));
-  // Poison the output so an unwritten element cannot pass.
-  FRUGAL_CUDA(cudaMemset(dy, 0xFF, static_cast<size_t>(n * w.rows) * 4));
+  if (accumulate) {
+    FRUGAL_CUDA(cudaMemcpy(dy, y, static_cast<size_t>(n * w.rows) * 4, cudaMemcpyHostToDevice));
+  } else {
+    // Poison the output so an unwritten element cannot pass.
+    FRUGAL_CUDA(cudaMemset(dy, 0xFF, static_cast<size_t>(n * w.rows) * 4));
+  }
   trace(1, what, ": product");
-  o.gemm.run(dw, dx, static_cast<int>(n), dy, nullptr, false);
+  o.gemm.run(dw, dx, static_cast<int>(n), dy, nullptr, accumulate);
   FRUGAL_RETURN_IF_ERROR(o.gemm.take_error());
+  FRUGAL_RETURN_IF_ERROR(take_launch_error());
   FRUGAL_CUDA(cudaGetLastError());
   trace(1, what, ": synchronize");
   FRUGAL_CUDA(cudaStreamSynchronize(o.s));
   FRUGAL_CUDA(cudaMemcpy(y, dy, static_cast<size_t>(n * w.rows) * 4, cudaMemcpyDeviceToHost));
   trace(1, what, ": done");
   return ok_status();
+}
+
+Result<ProductTiming> time_product_on_device(const WeightTensor* const* ws, int count, int64_t n, int reps) {
+  if (count < 1 || count > 3 || n < 1 || reps < 1) {
+    return fail(ErrorCode::kInvalidArgument, "time_product_on_device: ", count, " weights, ", n, " tokens, ", reps,
+                " repetitions");
+  }
+  OneShot o;
+  FRUGAL_RETURN_IF_ERROR(o.init());
+  uint64_t bytes = 0;
+  for (int i = 0; i < count; ++i) bytes += static_cast<uint64_t>(ws[i]->rows) * ws[i]->row_stride;
+  // Copies of the weights cycled through, 256 MiB at least: a weight read again from a 50 MB L2
+  // would time the cache, not the weight stream of a step.
+  const int copies = static_cast<int>(std::min<uint64_t>(64, (uint64_t{256} << 20) / std::max<uint64_t>(bytes, 1) + 1));
+  std::vector<std::array<DevWeight, 3>> dw(static_cast<size_t>(copies));
+  std::vector<std::array<const DevWeight*, 3>> dp(static_cast<size_t>(copies));
+  float* dy[3] = {};
+  const float* nob[3] = {};
+  for (int c = 0; c < copies; ++c) {
+    for (int i = 0; i < count; ++i) {
+      FRUGAL_RETURN_IF_ERROR(o.gemm.upload(*ws[i], "bench", o.arena, &dw[c][i]));
+      dp[c][i] = &dw[c][i];
+    }
+  }
+  for (int i = 0; i < count; ++i) FRUGAL_RETURN_IF_ERROR(o.arena.alloc(static_cast<size_t>(n * ws[i]->rows), &dy[i]));
+  FRUGAL_RETURN_IF_ERROR(o.gemm.reserve(n));
+  float* dx = nullptr;
+  FRUGAL_RETURN_IF_ERROR(o.arena.alloc(static_cast<size_t>(n * ws[0]->cols), &dx));
+  FRUGAL_CUDA(cudaMemset(dx, 0, static_cast<size_t>(n * ws[0]->cols) * 4));
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  FRUGAL_CUDA(cudaEventCreate(&e0));
+  FRUGAL_CUDA(cudaEventCreate(&e1));
+  ProductTiming t;
+  t.weight_bytes = bytes;
+  o.gemm.set_mma(true);
+  t.mma_used = o.gemm.mma_on();
+  for (int mode = 0; mode < 2; ++mode) {
+    o.gemm.set_mma(mode == 0);
+    for (int c = 0; c < copies; ++c) o.gemm.run_set(dp[c].data(), dy, nob, count, dx, static_cast<int>(n));  // warm-up
+    FRUGAL_CUDA(cudaStreamSynchronize(o.s));
+    // The repetitions as one graph, as a decode step runs: launched one by one from the host,
+    // products of ~10 us wait on the launches rather than on the GPU.
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    FRUGAL_CUDA(cudaStreamBeginCapture(o.s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < reps; ++i) {
+      // A fresh input each time (as in a step), so the 2-byte copy is made per product as there.
+      o.gemm.new_input();
+      o.gemm.run_set(dp[static_cast<size_t>(i % copies)].data(), dy, nob, count, dx, static_cast<int>(n));
+    }
+    FRUGAL_CUDA(cudaStreamEndCapture(o.s, &graph));
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    FRUGAL_CUDA(inst);
+    FRUGAL_CUDA(cudaGraphLaunch(exec, o.s));  // warm-up
+    FRUGAL_CUDA(cudaEventRecord(e0, o.s));
+    FRUGAL_CUDA(cudaGraphLaunch(exec, o.s));
+    FRUGAL_CUDA(cudaEventRecord(e1, o.s));
+    FRUGAL_CUDA(cudaEventSynchronize(e1));
+    cudaGraphExecDestroy(exec);
+    float ms = 0;
+    FRUGAL_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    (mode == 0 ? t.mma_us : t.cublas_us) = 1000.0 * ms / reps;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  FRUGAL_RETURN_IF_ERROR(o.gemm.take_error());
+  FRUGAL_RETURN_IF_ERROR(take_launch_error());
+  return t;
 }
 
 Status get_rows_on_device(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) {

@@ -53,8 +53,20 @@ Result<DeviceInfo> device_info(int device = 0);
 
 // Test and bench hooks: one weight product on the device from host data (upload, run, download).
 // n <= 8 runs the GEMV kernel of the weight's type (for Q8_0/Q4_0/Q4_K/Q6_K the one over 8-bit
-// activations unless float_activations), larger n the cuBLAS path. y [n][w.rows].
-Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations = false);
+// activations unless float_activations), 9..64 the tensor-core product (gemm_mma.cu; cuBLAS where
+// the GPU or the weight's layout does not take it), larger n cuBLAS. y [n][w.rows]; with
+// `accumulate` the product is added to y's values (as the residual products do).
+Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations = false,
+                        bool accumulate = false);
+// Bench hook: microseconds per product of `count` (1..3) weights of one n-token input, as the
+// tensor-core kernel (gemm_mma.cu) and as cuBLAS per weight, measured in one process.
+struct ProductTiming {
+  double mma_us = 0;
+  double cublas_us = 0;
+  uint64_t weight_bytes = 0;
+  bool mma_used = false;  // false: this GPU runs no build of the kernel, both figures are cuBLAS
+};
+Result<ProductTiming> time_product_on_device(const WeightTensor* const* ws, int count, int64_t n, int reps);
 // Test hook: the device's greedy token of each of `rows` logits rows (what forward_model writes
 // with `greedy`), out [rows].
 Status greedy_tokens_on_device(const float* logits, int rows, int64_t n_vocab, int32_t* out);

@@ -33,9 +33,19 @@ __device__ __forceinline__ float round_to(float v, int mode) {
 // about one memory round trip per call instead of one per loop iteration. kPer = 0 loops (any
 // dim). Both add the same elements in the same order. In place (y == x, the Q/K norms) is fine:
 // every thread reads its elements before writing them.
+// half_out (optional): the output also as 16-bit operands of the next product (half_mode 1: F16,
+// 2: BF16), what launch_to_half / launch_to_bf16 of y would write, without their launch.
+__device__ __forceinline__ void store_half(void* out, int64_t i, float v, int half_mode) {
+  if (half_mode == 2) {
+    static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<__half*>(out)[i] = __float2half_rn(v);
+  }
+}
+
 template <int kPer>
 __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, int dim, float eps, float* y,
-                                const int32_t* __restrict__ row_ids, int round) {
+                                const int32_t* __restrict__ row_ids, int round, void* half_out, int half_mode) {
   const int bd = static_cast<int>(blockDim.x);
   const int t = static_cast<int>(threadIdx.x);
   float wv[kPer > 0 ? kPer : 1];
@@ -63,9 +73,17 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, int
   float* yr = y + out_row * dim;
   if constexpr (kPer > 0) {
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) yr[t + k * bd] = round_to(xv[k] * scale * wv[k], round);
+    for (int k = 0; k < kPer; ++k) {
+      const float v = round_to(xv[k] * scale * wv[k], round);
+      yr[t + k * bd] = v;
+      if (half_out != nullptr) store_half(half_out, out_row * dim + t + k * bd, v, half_mode);
+    }
   } else {
-    for (int i = t; i < dim; i += bd) yr[i] = round_to(xr[i] * scale * w[i], round);
+    for (int i = t; i < dim; i += bd) {
+      const float v = round_to(xr[i] * scale * w[i], round);
+      yr[i] = v;
+      if (half_out != nullptr) store_half(half_out, out_row * dim + i, v, half_mode);
+    }
   }
 }
 
@@ -136,13 +154,16 @@ __global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n * rows) y[i] += b[i % rows];
 }
-__global__ void swiglu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n, int round) {
+__global__ void swiglu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n, int round,
+                              void* half_out, int half_mode) {
   pdl_wait();
   pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float g = gate[i];
-  gate[i] = round_to(g / (1.f + expf(-g)) * up[i], round);
+  const float v = round_to(g / (1.f + expf(-g)) * up[i], round);
+  gate[i] = v;
+  if (half_out != nullptr) store_half(half_out, i, v, half_mode);
 }
 
 // One thread per (token, head, pair). Angles as the CPU backend builds them: theta multiplied by
@@ -549,13 +570,14 @@ unsigned blocks_1d(int64_t total, int per, const char* kernel) {
 
 // Launches with nothing to do are skipped: an empty grid is a launch error in CUDA.
 void launch_rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, float* y,
-                     const int32_t* row_ids, cudaStream_t s, int round) {
+                     const int32_t* row_ids, cudaStream_t s, int round, void* half_out, bool half_bf16) {
   if (rows <= 0) return;
   const int threads = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 64);
   const unsigned grid = blocks_1d(rows, 1, "rms_norm_kernel");
   if (grid == 0) return;
   const auto go = [&](auto kernel) {
-    launch_kernel("rms_norm_kernel", kernel, dim3(grid), dim3(threads), 0, s, x, w, dim, eps, y, row_ids, round);
+    launch_kernel("rms_norm_kernel", kernel, dim3(grid), dim3(threads), 0, s, x, w, dim, eps, y, row_ids, round,
+                  half_out, half_bf16 ? 2 : 1);
   };
   switch (norm_in_registers() && dim % threads == 0 ? dim / threads : 0) {
     case 1: go(rms_norm_kernel<1>); break;
@@ -594,10 +616,12 @@ void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaS
   if (grid == 0) return;
   launch_kernel("add_bias_kernel", add_bias_kernel, dim3(grid), dim3(256), 0, s, y, bias, n, rows);
 }
-void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int round) {
+void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int round, void* half_out,
+                   bool half_bf16) {
   const unsigned grid = blocks_for(n, 256, "swiglu_kernel");
   if (grid == 0) return;
-  launch_kernel("swiglu_kernel", swiglu_kernel, dim3(grid), dim3(256), 0, s, gate, up, n, round);
+  launch_kernel("swiglu_kernel", swiglu_kernel, dim3(grid), dim3(256), 0, s, gate, up, n, round, half_out,
+                half_bf16 ? 2 : 1);
 }
 void launch_rope_store(float* q, const float* k, const float* v, int n, int n_head, const KvDev& kv, int layer,
                        const int32_t* seq, const int32_t* pos, const int32_t* slot, const RopeDev& p, cudaStream_t s) {

@@ -1,0 +1,360 @@
+// Tensor-core products of F16/BF16 weights with a few tokens: y [n][rows] (+)= x [n][cols] W^T
+// (+ bias) for 9 <= n <= 64, the batches of a many-sequence decode step.
+//
+// Why not cuBLAS: with few tokens the product is a weight stream (each weight is read once and
+// used n times), and cuBLAS tiles the output: a 4096 x 4096 weight at 64 tokens is a few dozen
+// tiles for 132 SMs. In a 64-sequence step on an H100 cublasGemmEx took 38 us for it (0.9 TB/s of
+// weights; the card copies at 3 TB/s), and splitting K into a strided batch plus a sum kernel did
+// not help.
+//
+// Layout. A block of eight warps owns 128 weight rows (16 per warp) and every token, and walks one
+// slice of K in steps of 64 columns: each step's weight tile (128 x 64) and activation tile (n x 64,
+// n rounded up to 16, 32 or 64) go to shared memory by cp.async, four stages deep, and each warp
+// takes A fragments of its rows and B fragments of the tokens by ldmatrix into mma.sync m16n8k16
+// with F32 accumulators (the arrangement of flash_attention.cu's S = Q K^T). Two blocks per SM.
+//
+// Split K. Rows / 128 blocks alone leave SMs idle for the narrow weights (Q, K, V, O, down), so
+// K is cut into `slices` (chosen from the block count and the SM count, never from n) and the
+// slices of a row range form one thread-block cluster: each block leaves its partial tile in its
+// shared memory, and after a cluster barrier block c adds, for its share of the tile, the S
+// partials in slice order (reading the others' shared memory), then bias and the old y. The sum
+// order is fixed, so results do not depend on timing or on how many tokens share the batch: a
+// token's outputs are the same bits at n = 9 and n = 64.
+//
+// Several weights of one input (Q, K, V; gate, up) run as one launch: blockIdx.x walks their
+// row ranges one after the other.
+//
+// Launch. With programmatic dependent launch the block starts its weight copies before the
+// previous kernel (which writes x) has finished, and waits for it before touching x or y; a
+// weight dequantized by that previous kernel (w_ready false) waits too.
+//
+// sm_90+ (clusters): other builds trap, and gemm_mma_built_for_device() asks the runtime which
+// build this GPU runs; the backend keeps cuBLAS where it is not.
+#include <algorithm>
+#include <mutex>
+
+#include <cooperative_groups.h>
+
+#include "frugal/backend/cuda/common.cuh"
+#include "frugal/backend/cuda/mma.cuh"
+
+namespace frugal::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRowsPerBlock = 16 * kWarps;
+constexpr int kBk = 64;        // columns per step
+constexpr int kLd = kBk + 8;   // shared row stride in halves: 16 bytes past 128, so ldmatrix rows spread over banks
+constexpr int kStages = 4;     // steps in shared memory (one in use, three in flight)
+constexpr int kMaxSlices = 8;  // the portable cluster size
+constexpr int kMinStepsPerSlice = 4;
+
+struct MmaArgs {
+  const void* w[kMmaMaxParts];
+  int64_t ld[kMmaMaxParts];  // halves between weight rows
+  int64_t rows[kMmaMaxParts];
+  float* y[kMmaMaxParts];
+  const float* bias[kMmaMaxParts];
+  int block_end[kMmaMaxParts];  // cumulative row-block counts
+  const void* x;                // [n][cols] in the weight's 16-bit type
+  int n;
+  int64_t cols;
+  int steps_per_slice;
+  bool acc;
+  bool w_ready;  // the weight is not written by the previous kernel: copy it before pdl_wait
+};
+
+template <int NT>
+__host__ __device__ constexpr size_t smem_bytes() {
+  return sizeof(__half) * static_cast<size_t>(kStages) * (kRowsPerBlock + NT * 8) * kLd;
+}
+
+template <bool BF16, int NT>
+__global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  using T = __half;  // bits only: the mma instruction says which 16-bit type they are
+  T* sw = reinterpret_cast<T*>(smem_raw);      // [kStages][128][kLd]
+  T* sx = sw + kStages * kRowsPerBlock * kLd;  // [kStages][NT * 8][kLd]
+  constexpr int kTok = NT * 8;
+  static_assert(sizeof(float) * kTok * kRowsPerBlock <= smem_bytes<NT>(), "the partial tile reuses the stages");
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  const int bx = static_cast<int>(blockIdx.x);
+  int part = 0;
+  while (part + 1 < kMmaMaxParts && bx >= a.block_end[part]) ++part;
+  const int64_t row0 = static_cast<int64_t>(bx - (part > 0 ? a.block_end[part - 1] : 0)) * kRowsPerBlock;
+  const T* W = static_cast<const T*>(a.w[part]);
+  const int64_t rows = a.rows[part], ld = a.ld[part];
+  const T* X = static_cast<const T*>(a.x);
+  const int64_t cols = a.cols;
+  const int64_t steps = (cols + kBk - 1) / kBk;
+  const int64_t s0 = static_cast<int64_t>(blockIdx.y) * a.steps_per_slice;
+  const int64_t s1 = s0 + a.steps_per_slice < steps ? s0 + a.steps_per_slice : steps;
+  const int n_steps = s1 > s0 ? static_cast<int>(s1 - s0) : 0;
+
+  // Step s of this slice into stage `stage`: rows past the weight's end, tokens past n and columns
+  // past cols are zeros (cols is a multiple of 8, so a 16-byte piece is all in or all out).
+  auto load_w = [&](int s, int stage) {
+    const int64_t k0 = (s0 + s) * kBk;
+    T* swt = sw + stage * kRowsPerBlock * kLd;
+#pragma unroll
+    for (int i = 0; i < kRowsPerBlock * 8 / kThreads; ++i) {
+      const int c = tid + i * kThreads;
+      const int r = c / 8, col = (c % 8) * 8;
+      const bool in = row0 + r < rows && k0 + col < cols;
+      const T* src = in ? W + (row0 + r) * ld + k0 + col : W;
+      cp_async_16(smem_u32(swt + r * kLd + col), src, in ? 16 : 0);
+    }
+  };
+  auto load_x = [&](int s, int stage) {
+    const int64_t k0 = (s0 + s) * kBk;
+    T* sxt = sx + stage * kTok * kLd;
+#pragma unroll
+    for (int i = 0; i < (kTok * 8 + kThreads - 1) / kThreads; ++i) {
+      const int c = tid + i * kThreads;
+      if (kTok * 8 % kThreads != 0 && c >= kTok * 8) break;
+      const int r = c / 8, col = (c % 8) * 8;
+      const bool in = r < a.n && k0 + col < cols;
+      const T* src = in ? X + static_cast<int64_t>(r) * cols + k0 + col : X;
+      cp_async_16(smem_u32(sxt + r * kLd + col), src, in ? 16 : 0);
+    }
+  };
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  // The first stages' weights go out before the wait (they are the bulk of the bytes); every
+  // group below holds whole stages, so cp_async_wait counts stay right.
+  if (a.w_ready) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < n_steps) load_w(s, s);
+    }
+  }
+  pdl_wait();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_steps) {
+      if (!a.w_ready) load_w(s, s);
+      load_x(s, s);
+    }
+    cp_async_commit();
+  }
+  for (int it = 0; it < n_steps; ++it) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of step `it` have landed
+    __syncthreads();               // everyone's, and everyone is done with step it - 1's stage
+    if (it + kStages - 1 < n_steps) {
+      load_w(it + kStages - 1, (it + kStages - 1) % kStages);
+      load_x(it + kStages - 1, (it + kStages - 1) % kStages);
+    }
+    cp_async_commit();
+    const T* swt = sw + (it % kStages) * kRowsPerBlock * kLd;
+    const T* sxt = sx + (it % kStages) * kTok * kLd;
+#pragma unroll
+    for (int kk = 0; kk < kBk / 16; ++kk) {
+      uint32_t af[4];
+      ldsm_x4(af, smem_u32(swt + (warp * 16 + lane % 16) * kLd + kk * 16 + (lane / 16) * 8));
+#pragma unroll
+      for (int jp = 0; jp < NT / 2; ++jp) {
+        uint32_t b[4];
+        const int tok = jp * 16 + (lane % 8) + (lane / 16) * 8;
+        ldsm_x4(b, smem_u32(sxt + tok * kLd + kk * 16 + ((lane / 8) % 2) * 8));
+        if constexpr (BF16) {
+          mma_16816_bf16(acc[2 * jp], af, b[0], b[1]);
+          mma_16816_bf16(acc[2 * jp + 1], af, b[2], b[3]);
+        } else {
+          mma_16816(acc[2 * jp], af, b[0], b[1]);
+          mma_16816(acc[2 * jp + 1], af, b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  pdl_trigger();
+
+  // Accumulator element e of tile j: row warp * 16 + lane / 4 (+ 8 for e >= 2), token
+  // j * 8 + 2 (lane % 4) + e % 2.
+  float* y = a.y[part];
+  const float* bias = a.bias[part];
+  const int r_lo = warp * 16 + lane / 4;
+  if (gridDim.y == 1) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = row0 + r_lo + (e >= 2 ? 8 : 0);
+        const int tok = j * 8 + 2 * (lane % 4) + e % 2;
+        if (row >= rows || tok >= a.n) continue;
+        float v = acc[j][e];
+        if (bias != nullptr) v += bias[row];
+        float* yp = y + static_cast<int64_t>(tok) * rows + row;
+        *yp = a.acc ? *yp + v : v;
+      }
+    }
+    return;
+  }
+  // Split: the partial tile [token][128 rows] into this block's shared memory, then block c of
+  // the cluster sums its share of every block's tile, slice 0 first.
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __syncthreads();  // every warp is done with the stages the tile overwrites
+  float* tile = reinterpret_cast<float*>(smem_raw);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      tile[(j * 8 + 2 * (lane % 4) + e % 2) * kRowsPerBlock + r_lo + (e >= 2 ? 8 : 0)] = acc[j][e];
+    }
+  }
+  cluster.sync();
+  const int slices = static_cast<int>(gridDim.y);
+  const int rank = static_cast<int>(blockIdx.y);
+  const int total = a.n * kRowsPerBlock;
+  const int per = (total + slices - 1) / slices;
+  const int e1 = min(total, (rank + 1) * per);
+  for (int e = rank * per + tid; e < e1; e += kThreads) {
+    const int64_t row = row0 + e % kRowsPerBlock;
+    if (row >= rows) continue;
+    float v = 0.f;
+    for (int s = 0; s < slices; ++s) v += cluster.map_shared_rank(tile, s)[e];
+    if (bias != nullptr) v += bias[row];
+    float* yp = y + static_cast<int64_t>(e / kRowsPerBlock) * rows + row;
+    *yp = a.acc ? *yp + v : v;
+  }
+  cluster.sync();  // no block leaves while another still reads its tile
+#else
+  __trap();  // gemm_mma_built_for_device() declines on GPUs that run this build
+#endif
+}
+
+template <bool BF16, int NT>
+cudaError_t allow_smem() {
+  return cudaFuncSetAttribute(gemm_mma_kernel<BF16, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem_bytes<NT>()));
+}
+
+template <bool BF16, int NT>
+void launch_one(const MmaArgs& a, dim3 grid, cudaStream_t s) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem_bytes<NT>();
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2] = {};
+  int n_attr = 0;
+  if (grid.y > 1) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = 1;
+    attr[n_attr].val.clusterDim.y = grid.y;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  if (pdl_enabled()) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n_attr;
+  (void)cudaLaunchKernelEx(&cfg, gemm_mma_kernel<BF16, NT>, a);  // checked by after_launch
+  after_launch("gemm_mma_kernel", grid, dim3(kThreads), s);
+}
+
+}  // namespace
+
+bool gemm_mma_built_for_device() {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static bool ok[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+  std::call_once(once[dev], [dev] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, gemm_mma_kernel<false, 8>) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it so the next launch does not report it
+      return;
+    }
+    if (attr.binaryVersion < 90 || (attr.ptxVersion != 0 && attr.ptxVersion < 90)) return;
+    // More than 48 KB of shared memory is opt-in per kernel and device; here, not at the first
+    // launch, which may be inside a graph capture.
+    const cudaError_t e[] = {allow_smem<false, 2>(), allow_smem<false, 4>(), allow_smem<false, 8>(),
+                             allow_smem<true, 2>(),  allow_smem<true, 4>(),  allow_smem<true, 8>()};
+    for (cudaError_t x : e) {
+      if (x != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+      }
+    }
+    ok[dev] = true;
+  });
+  return ok[dev];
+}
+
+bool gemm_mma_fits(const MmaPart& p, int64_t cols) {
+  return p.w != nullptr && p.rows > 0 && cols > 0 && cols % 8 == 0 && p.ld % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(p.w) % 16 == 0;
+}
+
+int gemm_mma_slices(int64_t blocks, int64_t cols, int sm_count) {
+  static const int forced = [] {
+    const char* e = std::getenv("FRUGAL_CUDA_MMA_SLICES");
+    return e != nullptr ? std::atoi(e) : 0;
+  }();
+  const int64_t steps = (cols + kBk - 1) / kBk;
+  // As many slices as keep every block resident at once (two per SM), at most a portable cluster,
+  // each of at least kMinStepsPerSlice steps.
+  int64_t s = forced > 0 ? forced : 2 * static_cast<int64_t>(std::max(sm_count, 1)) / std::max<int64_t>(blocks, 1);
+  s = std::min<int64_t>(s, kMaxSlices);
+  s = std::min<int64_t>(s, forced > 0 ? steps : steps / kMinStepsPerSlice);
+  return static_cast<int>(std::max<int64_t>(s, 1));
+}
+
+void launch_gemm_mma(const MmaPart* parts, int count, const void* x, int n, int64_t cols, bool bf16, bool acc,
+                     bool w_ready, int sm_count, cudaStream_t s) {
+  if (count < 1 || count > kMmaMaxParts || n < 1 || n > kMmaMaxTokens) {
+    record_launch_error(cat("cuda: launch_gemm_mma: ", count, " weights, ", n, " tokens (1..", kMmaMaxParts, ", 1..",
+                            kMmaMaxTokens, ")"));
+    return;
+  }
+  MmaArgs a{};
+  int blocks = 0;
+  for (int i = 0; i < kMmaMaxParts; ++i) {
+    const MmaPart& p = parts[std::min(i, count - 1)];
+    if (i < count) blocks += static_cast<int>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    a.w[i] = p.w;
+    a.ld[i] = p.ld;
+    a.rows[i] = p.rows;
+    a.y[i] = p.y;
+    a.bias[i] = p.bias;
+    a.block_end[i] = blocks;
+  }
+  a.x = x;
+  a.n = n;
+  a.cols = cols;
+  a.acc = acc;
+  a.w_ready = w_ready;
+  const int slices = gemm_mma_slices(blocks, cols, sm_count);
+  const int64_t steps = (cols + kBk - 1) / kBk;
+  a.steps_per_slice = static_cast<int>((steps + slices - 1) / slices);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
+  if (profiling()) {
+    profile_label(cat("gemm_mma ", bf16 ? "bf16 " : "f16 ", parts[0].rows, count > 1 ? "+.." : "", "x", cols,
+                      " n=", n, " parts=", count, " K/", slices),
+                  0);
+  }
+  const int nt = n <= 16 ? 2 : (n <= 32 ? 4 : 8);
+  if (bf16) {
+    if (nt == 2) launch_one<true, 2>(a, grid, s);
+    if (nt == 4) launch_one<true, 4>(a, grid, s);
+    if (nt == 8) launch_one<true, 8>(a, grid, s);
+  } else {
+    if (nt == 2) launch_one<false, 2>(a, grid, s);
+    if (nt == 4) launch_one<false, 4>(a, grid, s);
+    if (nt == 8) launch_one<false, 8>(a, grid, s);
+  }
+}
+
+}  // namespace frugal::cuda
