@@ -5,8 +5,8 @@
 # Prepare here:  bench/cpu_on_gpu_host.sh --pack LLAMACPP_BIN_DIR
 #                  copies build/bin/frugal with its shared libraries (not glibc's), a llama.cpp bin
 #                  folder built for every x86 CPU (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS, so it
-#                  picks the AVX-512 kernels where they exist), GNU time and stories260K into
-#                  .cpuhost/ (git-ignored; about 30 MB).
+#                  picks the AVX-512 kernels where they exist), GNU time, stories260K and the
+#                  vocabularies that `frugal synth` presets copy into .cpuhost/ (git-ignored; ~37 MB).
 # There:         bench/cpu_on_gpu_host.sh smoke            (a few seconds: both engines start)
 #                bench/cpu_on_gpu_host.sh table [ARGS...]  (ARGS go to cpu_vs_llamacpp.sh; default
 #                  -t = all cores). Writes $OUT/cpuhost.log and $OUT/cpuhost.tgz (raw outputs).
@@ -27,7 +27,9 @@ if [ "${1:-}" = "--pack" ]; then
   # The C++ runtime apart: used there only when the machine's own is older than this one.
   mv "$PACK"/lib/libstdc++.so.* "$PACK"/lib/libgcc_s.so.* "$PACK/lib/cxx/" 2>/dev/null
   cp -L "$LLAMA"/llama-bench "$LLAMA"/llama-cli "$LLAMA"/*.so "$PACK/llama/"
-  cp -L "${SHARED_MODELS:-$ROOT/../shared/models}/stories260K.gguf" "$PACK/models/"
+  # stories260K for the smoke run; the vocabularies the presets copy (qwen2.5-0.5b: vocab-qwen2).
+  cp -L "${SHARED_MODELS:-$ROOT/../shared/models}"/stories260K.gguf "${SHARED_MODELS:-$ROOT/../shared/models}"/vocab-*.gguf \
+    "$PACK/models/"
   EXCL=$(git -C "$ROOT" rev-parse --git-path info/exclude 2>/dev/null)
   case $EXCL in /*) ;; ?*) EXCL=$ROOT/$EXCL ;; esac
   if [ -n "$EXCL" ]; then
@@ -65,7 +67,7 @@ case "${1:-}" in
     ;;
   table)
     shift
-    GNU_TIME="$PACK/bin/time" timeout "${BUDGET:-86400}" bash "$ROOT/bench/cpu_vs_llamacpp.sh" --llamacpp-bin "$PACK/llama" \
+    FRUGAL_SHARED_MODELS_DIR="$PACK/models" GNU_TIME="$PACK/bin/time" timeout "${BUDGET:-86400}" bash "$ROOT/bench/cpu_vs_llamacpp.sh" --llamacpp-bin "$PACK/llama" \
       --frugal "$PACK/bin/frugal" --models-dir "$WORK/models" --work "$WORK/raw" -t "$cores" "$@" \
       >"$RESULT/table.md"
     rm -rf "$WORK/models"

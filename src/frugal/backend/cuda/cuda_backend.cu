@@ -134,7 +134,7 @@ class Gemm {
     const char* q8 = std::getenv("FRUGAL_GEMV_Q8");
     q8_ = q8 == nullptr || std::strcmp(q8, "0") != 0;
     const char* mma = std::getenv("FRUGAL_CUDA_MMA");
-    mma_on_ = mma != nullptr && std::strcmp(mma, "1") == 0 && gemm_mma_built_for_device();
+    mma_mode_ = mma == nullptr ? -1 : (std::strcmp(mma, "0") == 0 ? 0 : (std::strcmp(mma, "1") == 0 ? 1 : -1));
     const char* ph = std::getenv("FRUGAL_CUDA_PRODUCER_HALF");
     producer_half_ = ph == nullptr || std::strcmp(ph, "0") != 0;
     int dev = 0;
@@ -266,9 +266,9 @@ class Gemm {
     launch_gemv_set(set, gemv_input(w[0]->type, x, n, w[0]->cols), n, stream_);
   }
   void set_fuse(bool on) { fuse_ = on; }
-  // Every product the tensor-core kernel can take on it, or none (only on where the device runs it).
-  void set_mma(bool on) { mma_on_ = on && gemm_mma_built_for_device(); }
-  bool mma_on() const { return mma_on_; }
+  // Every product the tensor-core kernel can take on it, or none (on only where the device runs it).
+  void set_mma(bool on) { mma_mode_ = on ? 1 : 0; }
+  bool mma_on() const { return mma_mode_ != 0 && gemm_mma_built_for_device(); }
   void set_fuse_mixed(bool on) { fuse_mixed_ = on; }
   // FRUGAL_GEMV_Q8=0: quantized weights take the float-activation GEMV (for comparison).
   void set_q8(bool on) { q8_ = on; }
@@ -400,31 +400,37 @@ class Gemm {
     half_bf16_ = bf16;
   }
 
-  // Whether the tensor-core product (gemm_mma.cu) takes `w` at n tokens. Off unless
-  // FRUGAL_CUDA_MMA=1: in 16-, 32- and 64-sequence F16 decode on an H100 it did not beat cuBLAS
-  // (docs/benchmarks.md, 2026-12-06 "Tensor-core products for 9..64 tokens").
-  bool mma_takes(const DevWeight& w, int n) const {
-    if (!mma_on_ || n <= kGemvMaxTokens || n > kMmaMaxTokens) return false;
-    if (w.type == DType::kF32) return false;
-    MmaPart p;
-    const bool half = w.type == DType::kF16 || w.type == DType::kBF16;
-    p.w = half ? static_cast<const void*>(w.data) : dq_;
-    p.rows = w.rows;
-    p.ld = half ? w.row_stride / 2 : w.cols;
-    return (half || w.row_stride > 0) && gemm_mma_fits(p, w.cols);
+  // The tensor-core product (gemm_mma.cu) for `w` at n tokens, or false. By default Q8_0 weights
+  // only, read as they are (against dequantizing the whole weight to F16 for cuBLAS); F16, BF16
+  // and dequantized types with FRUGAL_CUDA_MMA=1: in 16-, 32- and 64-sequence F16 decode on an
+  // H100 it did not beat cuBLAS (docs/benchmarks.md, 2026-12-06). FRUGAL_CUDA_MMA=0: none.
+  bool mma_part(const DevWeight& w, int n, MmaPart* p) const {
+    if (mma_mode_ == 0 || n <= kGemvMaxTokens || n > kMmaMaxTokens || !gemm_mma_built_for_device()) return false;
+    p->rows = w.rows;
+    if (w.type == DType::kQ8_0) {
+      p->w = w.data;
+      p->scales = w.scales;
+      p->ld = w.row_stride;
+    } else if (mma_mode_ != 1 || w.type == DType::kF32) {
+      return false;
+    } else if (w.type == DType::kF16 || w.type == DType::kBF16) {
+      p->w = w.data;
+      p->ld = w.row_stride / 2;
+    } else {
+      p->w = dq_;  // dequantized there first (cublas_run)
+      p->ld = w.cols;
+    }
+    return p->w != nullptr && gemm_mma_fits(*p, w.cols);
   }
 
-  // Q, K and V (gate and up) of one F16 or BF16 input as one tensor-core launch, when it takes
-  // them all; false leaves them to the caller.
+  // Q, K and V (gate and up) of one input as one tensor-core launch when it takes them all (one
+  // type: F16, BF16 or Q8_0); false leaves them to the caller.
   bool mma_set(const DevWeight* const* w, float* const* y, const float* const* bias, int count, const float* x, int n) {
     const DType t = w[0]->type;
-    if (t != DType::kF16 && t != DType::kBF16) return false;
+    if (t != DType::kF16 && t != DType::kBF16 && t != DType::kQ8_0) return false;
     MmaPart parts[kMmaMaxParts];
     for (int i = 0; i < count; ++i) {
-      if (w[i]->type != t || w[i]->cols != w[0]->cols || !mma_takes(*w[i], n)) return false;
-      parts[i].w = w[i]->data;
-      parts[i].rows = w[i]->rows;
-      parts[i].ld = w[i]->row_stride / 2;
+      if (w[i]->type != t || w[i]->cols != w[0]->cols || !mma_part(*w[i], n, &parts[i])) return false;
       parts[i].y = y[i];
       parts[i].bias = bias[i];
     }
@@ -463,6 +469,14 @@ class Gemm {
       set_error(cat("cuda: cublasGemmEx: weight ", w.rows, " x ", w.cols, " exceeds int dimensions"));
       return;
     }
+    if (MmaPart p; w.type == DType::kQ8_0 && mma_part(w, n, &p)) {
+      // Codes and scales as they are: no F16 copy of the weight.
+      p.y = y;
+      p.bias = bias;
+      half_input(x, xn, false);
+      launch_gemm_mma(&p, 1, act_, n, w.cols, false, acc, true, sm_count_, stream_);
+      return;
+    }
     switch (w.type) {
       case DType::kF32:
         break;
@@ -487,12 +501,7 @@ class Gemm {
         b = act_;
         break;
     }
-    if (mma_takes(w, n)) {
-      // Few tokens: the tensor-core product streams the weight faster than cuBLAS tiles it.
-      MmaPart p;
-      p.w = a;
-      p.rows = w.rows;
-      p.ld = lda;
+    if (MmaPart p; w.type != DType::kQ8_0 && mma_part(w, n, &p)) {
       p.y = y;
       p.bias = bias;
       launch_gemm_mma(&p, 1, b, n, w.cols, w.type == DType::kBF16, acc, a == w.data, sm_count_, stream_);
@@ -556,8 +565,8 @@ class Gemm {
   bool fuse_ = true;
   bool fuse_mixed_ = true;
   bool q8_ = true;
-  // Tensor-core products for 9..64 tokens (mma_takes).
-  bool mma_on_ = false;
+  // Tensor-core products for 9..64 tokens (mma_part): -1 Q8_0 only, 1 every type, 0 none.
+  int mma_mode_ = -1;
   int sm_count_ = 0;
   bool producer_half_ = true;  // prehalf
   const float* half_src_ = nullptr;  // input whose 2-byte copy act_ holds (half_input)

@@ -24,6 +24,13 @@
 // Several weights of one input (Q, K, V; gate, up) run as one launch: blockIdx.x walks their
 // row ranges one after the other.
 //
+// Q8_0 weights (the device layout: int8 codes [rows][cols], F16 scales [rows][cols / 32]) are
+// read as they are, one byte per weight: each step's codes and scales go to shared memory by
+// cp.async like the F16 tile, and the block converts the step to an F16 tile (code x scale,
+// rounded as the dequantizing kernel rounds) just before its products. Without this kernel a
+// Q8_0 product of more than 8 tokens first wrote the whole weight as F16 and cuBLAS read it back:
+// five bytes of traffic per weight instead of one.
+//
 // Launch. With programmatic dependent launch the block starts its weight copies before the
 // previous kernel (which writes x) has finished, and waits for it before touching x or y; a
 // weight dequantized by that previous kernel (w_ready false) waits too.
@@ -48,11 +55,13 @@ constexpr int kBk = 64;        // columns per step
 constexpr int kLd = kBk + 8;   // shared row stride in halves: 16 bytes past 128, so ldmatrix rows spread over banks
 constexpr int kStages = 4;     // steps in shared memory (one in use, three in flight)
 constexpr int kMaxSlices = 8;  // the portable cluster size
+constexpr int kLdQ = kBk + 16;  // Q8_0 code tile row stride in bytes (16-byte aligned rows)
 constexpr int kMinStepsPerSlice = 4;
 
 struct MmaArgs {
   const void* w[kMmaMaxParts];
-  int64_t ld[kMmaMaxParts];  // halves between weight rows
+  const __half* scales[kMmaMaxParts];  // Q8_0: [rows][cols / 32]
+  int64_t ld[kMmaMaxParts];  // elements (16-bit) or bytes (Q8_0 codes) between weight rows
   int64_t rows[kMmaMaxParts];
   float* y[kMmaMaxParts];
   const float* bias[kMmaMaxParts];
@@ -65,20 +74,31 @@ struct MmaArgs {
   bool w_ready;  // the weight is not written by the previous kernel: copy it before pdl_wait
 };
 
-template <int NT>
+// Shared memory: kStages activation tiles [NT * 8][kLd] halves, and kStages weight tiles: F16
+// [128][kLd] halves, or Q8_0 codes [128][kLdQ] bytes plus scales [128][2] and one converted F16
+// tile [128][kLd].
+template <bool Q8, int NT>
+__host__ __device__ constexpr size_t smem_x_offset() {
+  return Q8 ? static_cast<size_t>(kStages) * kRowsPerBlock * (kLdQ + 4) + sizeof(__half) * kRowsPerBlock * kLd
+            : sizeof(__half) * static_cast<size_t>(kStages) * kRowsPerBlock * kLd;
+}
+template <bool Q8, int NT>
 __host__ __device__ constexpr size_t smem_bytes() {
-  return sizeof(__half) * static_cast<size_t>(kStages) * (kRowsPerBlock + NT * 8) * kLd;
+  return smem_x_offset<Q8, NT>() + sizeof(__half) * static_cast<size_t>(kStages) * NT * 8 * kLd;
 }
 
-template <bool BF16, int NT>
+template <bool BF16, bool Q8, int NT>
 __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem_raw[];
   using T = __half;  // bits only: the mma instruction says which 16-bit type they are
-  T* sw = reinterpret_cast<T*>(smem_raw);      // [kStages][128][kLd]
-  T* sx = sw + kStages * kRowsPerBlock * kLd;  // [kStages][NT * 8][kLd]
+  T* sw = reinterpret_cast<T*>(smem_raw);  // F16: [kStages][128][kLd]
+  uint8_t* sq = smem_raw;                  // Q8_0: codes [kStages][128][kLdQ]
+  __half* ss = reinterpret_cast<__half*>(smem_raw + kStages * kRowsPerBlock * kLdQ);  // [kStages][128][2]
+  T* sconv = reinterpret_cast<T*>(smem_raw + kStages * kRowsPerBlock * (kLdQ + 4));    // [128][kLd]
+  T* sx = reinterpret_cast<T*>(smem_raw + smem_x_offset<Q8, NT>());                   // [kStages][NT * 8][kLd]
   constexpr int kTok = NT * 8;
-  static_assert(sizeof(float) * kTok * kRowsPerBlock <= smem_bytes<NT>(), "the partial tile reuses the stages");
+  static_assert(sizeof(float) * kTok * kRowsPerBlock <= smem_bytes<Q8, NT>(), "the partial tile reuses the stages");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   const int bx = static_cast<int>(blockIdx.x);
@@ -98,6 +118,27 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
   // past cols are zeros (cols is a multiple of 8, so a 16-byte piece is all in or all out).
   auto load_w = [&](int s, int stage) {
     const int64_t k0 = (s0 + s) * kBk;
+    if constexpr (Q8) {
+      // Codes: 4 pieces of 16 bytes per row; scales: 2 per row (4 bytes: cols % 64 == 0 keeps
+      // them 4-byte aligned).
+      const uint8_t* codes = static_cast<const uint8_t*>(a.w[part]);
+      const __half* sc = a.scales[part];
+      uint8_t* sqt = sq + stage * kRowsPerBlock * kLdQ;
+#pragma unroll
+      for (int i = 0; i < kRowsPerBlock * 4 / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        const int r = c / 4, col = (c % 4) * 16;
+        const bool in = row0 + r < rows;
+        const uint8_t* src = in ? codes + (row0 + r) * ld + k0 + col : codes;
+        cp_async_16(smem_u32(sqt + r * kLdQ + col), src, in ? 16 : 0);
+      }
+      if (tid < kRowsPerBlock) {
+        const bool in = row0 + tid < rows;
+        const __half* src = in ? sc + (row0 + tid) * (cols / 32) + k0 / 32 : sc;
+        cp_async_4(smem_u32(ss + (stage * kRowsPerBlock + tid) * 2), src, in ? 4 : 0);
+      }
+      return;
+    }
     T* swt = sw + stage * kRowsPerBlock * kLd;
 #pragma unroll
     for (int i = 0; i < kRowsPerBlock * 8 / kThreads; ++i) {
@@ -152,6 +193,27 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
     }
     cp_async_commit();
     const T* swt = sw + (it % kStages) * kRowsPerBlock * kLd;
+    if constexpr (Q8) {
+      // The step's codes x scales into the F16 tile (the previous step's products are done with it:
+      // the barrier above), 16 codes per piece.
+      const uint8_t* sqt = sq + (it % kStages) * kRowsPerBlock * kLdQ;
+      const __half* sst = ss + (it % kStages) * kRowsPerBlock * 2;
+#pragma unroll
+      for (int i = 0; i < kRowsPerBlock * 4 / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        const int r = c / 4, col = (c % 4) * 16;
+        const int4 q = *reinterpret_cast<const int4*>(sqt + r * kLdQ + col);
+        const float d = __half2float(sst[r * 2 + col / 32]);
+        const int8_t* qb = reinterpret_cast<const int8_t*>(&q);
+        __align__(16) __half h[16];
+#pragma unroll
+        for (int e = 0; e < 16; ++e) h[e] = __float2half_rn(d * static_cast<float>(qb[e]));
+        *reinterpret_cast<int4*>(sconv + r * kLd + col) = *reinterpret_cast<const int4*>(h);
+        *reinterpret_cast<int4*>(sconv + r * kLd + col + 8) = *reinterpret_cast<const int4*>(h + 8);
+      }
+      __syncthreads();
+      swt = sconv;
+    }
     const T* sxt = sx + (it % kStages) * kTok * kLd;
 #pragma unroll
     for (int kk = 0; kk < kBk / 16; ++kk) {
@@ -230,18 +292,18 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
 #endif
 }
 
-template <bool BF16, int NT>
+template <bool BF16, bool Q8, int NT>
 cudaError_t allow_smem() {
-  return cudaFuncSetAttribute(gemm_mma_kernel<BF16, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(smem_bytes<NT>()));
+  return cudaFuncSetAttribute(gemm_mma_kernel<BF16, Q8, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem_bytes<Q8, NT>()));
 }
 
-template <bool BF16, int NT>
+template <bool BF16, bool Q8, int NT>
 void launch_one(const MmaArgs& a, dim3 grid, cudaStream_t s) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem_bytes<NT>();
+  cfg.dynamicSmemBytes = smem_bytes<Q8, NT>();
   cfg.stream = s;
   cudaLaunchAttribute attr[2] = {};
   int n_attr = 0;
@@ -259,7 +321,7 @@ void launch_one(const MmaArgs& a, dim3 grid, cudaStream_t s) {
   }
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
-  (void)cudaLaunchKernelEx(&cfg, gemm_mma_kernel<BF16, NT>, a);  // checked by after_launch
+  (void)cudaLaunchKernelEx(&cfg, gemm_mma_kernel<BF16, Q8, NT>, a);  // checked by after_launch
   after_launch("gemm_mma_kernel", grid, dim3(kThreads), s);
 }
 
@@ -273,15 +335,18 @@ bool gemm_mma_built_for_device() {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
   std::call_once(once[dev], [dev] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, gemm_mma_kernel<false, 8>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, gemm_mma_kernel<false, false, 8>) != cudaSuccess) {
       (void)cudaGetLastError();  // not sticky: clear it so the next launch does not report it
       return;
     }
     if (attr.binaryVersion < 90 || (attr.ptxVersion != 0 && attr.ptxVersion < 90)) return;
     // More than 48 KB of shared memory is opt-in per kernel and device; here, not at the first
     // launch, which may be inside a graph capture.
-    const cudaError_t e[] = {allow_smem<false, 2>(), allow_smem<false, 4>(), allow_smem<false, 8>(),
-                             allow_smem<true, 2>(),  allow_smem<true, 4>(),  allow_smem<true, 8>()};
+    const cudaError_t e[] = {allow_smem<false, false, 2>(), allow_smem<false, false, 4>(),
+                             allow_smem<false, false, 8>(), allow_smem<true, false, 2>(),
+                             allow_smem<true, false, 4>(),  allow_smem<true, false, 8>(),
+                             allow_smem<false, true, 2>(),  allow_smem<false, true, 4>(),
+                             allow_smem<false, true, 8>()};
     for (cudaError_t x : e) {
       if (x != cudaSuccess) {
         (void)cudaGetLastError();
@@ -294,8 +359,11 @@ bool gemm_mma_built_for_device() {
 }
 
 bool gemm_mma_fits(const MmaPart& p, int64_t cols) {
-  return p.w != nullptr && p.rows > 0 && cols > 0 && cols % 8 == 0 && p.ld % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(p.w) % 16 == 0;
+  if (p.w == nullptr || p.rows <= 0 || cols <= 0 || reinterpret_cast<uintptr_t>(p.w) % 16 != 0) return false;
+  if (p.scales != nullptr) {  // Q8_0: whole steps of 64, 16-byte code rows, 4-byte scale pairs
+    return cols % kBk == 0 && p.ld % 16 == 0 && reinterpret_cast<uintptr_t>(p.scales) % 4 == 0;
+  }
+  return cols % 8 == 0 && p.ld % 8 == 0;
 }
 
 int gemm_mma_slices(int64_t blocks, int64_t cols, int sm_count) {
@@ -314,6 +382,7 @@ int gemm_mma_slices(int64_t blocks, int64_t cols, int sm_count) {
 
 void launch_gemm_mma(const MmaPart* parts, int count, const void* x, int n, int64_t cols, bool bf16, bool acc,
                      bool w_ready, int sm_count, cudaStream_t s) {
+  const bool q8 = parts[0].scales != nullptr;
   if (count < 1 || count > kMmaMaxParts || n < 1 || n > kMmaMaxTokens) {
     record_launch_error(cat("cuda: launch_gemm_mma: ", count, " weights, ", n, " tokens (1..", kMmaMaxParts, ", 1..",
                             kMmaMaxTokens, ")"));
@@ -325,6 +394,7 @@ void launch_gemm_mma(const MmaPart* parts, int count, const void* x, int n, int6
     const MmaPart& p = parts[std::min(i, count - 1)];
     if (i < count) blocks += static_cast<int>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
     a.w[i] = p.w;
+    a.scales[i] = p.scales;
     a.ld[i] = p.ld;
     a.rows[i] = p.rows;
     a.y[i] = p.y;
@@ -341,19 +411,23 @@ void launch_gemm_mma(const MmaPart* parts, int count, const void* x, int n, int6
   a.steps_per_slice = static_cast<int>((steps + slices - 1) / slices);
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
   if (profiling()) {
-    profile_label(cat("gemm_mma ", bf16 ? "bf16 " : "f16 ", parts[0].rows, count > 1 ? "+.." : "", "x", cols,
+    profile_label(cat("gemm_mma ", q8 ? "q8_0 " : (bf16 ? "bf16 " : "f16 "), parts[0].rows, count > 1 ? "+.." : "", "x", cols,
                       " n=", n, " parts=", count, " K/", slices),
                   0);
   }
   const int nt = n <= 16 ? 2 : (n <= 32 ? 4 : 8);
-  if (bf16) {
-    if (nt == 2) launch_one<true, 2>(a, grid, s);
-    if (nt == 4) launch_one<true, 4>(a, grid, s);
-    if (nt == 8) launch_one<true, 8>(a, grid, s);
+  if (q8) {
+    if (nt == 2) launch_one<false, true, 2>(a, grid, s);
+    if (nt == 4) launch_one<false, true, 4>(a, grid, s);
+    if (nt == 8) launch_one<false, true, 8>(a, grid, s);
+  } else if (bf16) {
+    if (nt == 2) launch_one<true, false, 2>(a, grid, s);
+    if (nt == 4) launch_one<true, false, 4>(a, grid, s);
+    if (nt == 8) launch_one<true, false, 8>(a, grid, s);
   } else {
-    if (nt == 2) launch_one<false, 2>(a, grid, s);
-    if (nt == 4) launch_one<false, 4>(a, grid, s);
-    if (nt == 8) launch_one<false, 8>(a, grid, s);
+    if (nt == 2) launch_one<false, false, 2>(a, grid, s);
+    if (nt == 4) launch_one<false, false, 4>(a, grid, s);
+    if (nt == 8) launch_one<false, false, 8>(a, grid, s);
   }
 }
 
