@@ -271,14 +271,15 @@ TEST(CudaKernels, TensorCoreProductAtLayerShapes) {
   // Blocks of 128 rows, K slices on a 132-SM GPU (gemm_mma_slices): 1000 x 4096: 8 blocks, 8
   // slices; 130 x 4096: 2 blocks, the second of 2 rows; 4100 x 1024: 33 blocks, 4 slices; BF16
   // 300 x 2048; 2500 x 8192: 20 blocks, 8 slices of 16 steps; 17000 x 512: 133 blocks, unsplit.
-  // Q8_0 1000 x 4096 and 4100 x 1024: codes and scales converted to F16 in the kernel.
+  // Q8_0 and Q4_K: codes and scales converted to F16 in the kernel.
   const Shape shapes[] = {{DType::kF16, 1000, 4096},  {DType::kF16, 130, 4096},  {DType::kF16, 4100, 1024},
                           {DType::kBF16, 300, 2048},  {DType::kF16, 2500, 8192}, {DType::kF16, 17000, 512},
-                          {DType::kQ8_0, 1000, 4096}, {DType::kQ8_0, 4100, 1024}};
+                          {DType::kQ8_0, 1000, 4096}, {DType::kQ8_0, 4100, 1024}, {DType::kQ4_K, 1000, 4096},
+                          {DType::kQ4_K, 4100, 1024}};
   for (const Shape& sh : shapes) {
     Quantized q = make_weight(sh.type, sh.rows, sh.cols, rng);
-    // Q8_0: the kernel multiplies code x scale rounded to F16 (as the dequantizing kernel writes it).
-    if (sh.type == DType::kQ8_0) {
+    // Q8_0, Q4_K: the kernel multiplies each weight rounded to F16 (as the dequantizing kernel writes it).
+    if (sh.type == DType::kQ8_0 || sh.type == DType::kQ4_K) {
       for (auto& v : q.deq) v = fp16_to_f32(f32_to_fp16(v));
     }
     const int64_t n = 64;
@@ -614,10 +615,11 @@ TEST(CudaModel, TwoTypeProductSetMatchesOneLaunchPerWeight) {
 
 // Whole forward passes with 9..64-token steps (Q, K, V and gate, up as one tensor-core launch
 // each, O, down and the output head alone) against the same model with every such product on
-// cuBLAS (Q8_0: dequantized to F16 first, with the same rounding as the kernel's conversion).
+// cuBLAS (Q8_0, Q4_K: dequantized to F16 first, with the same rounding as the kernel's
+// conversion; Q4_K_M's Q6_K weights take cuBLAS in both).
 TEST(CudaModel, TensorCoreProductsMatchCublasInAForwardPass) {
   SKIP_WITHOUT_GPU();
-  for (const char* type : {"F16", "BF16", "Q8_0"}) {
+  for (const char* type : {"F16", "BF16", "Q8_0", "Q4_K_M"}) {
     auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
     ASSERT_TRUE(opts.ok());
     opts->weight_type = type;

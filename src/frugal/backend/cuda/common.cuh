@@ -288,17 +288,18 @@ void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaS
 void launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, int round = 0, void* half_out = nullptr,
                    bool half_bf16 = false);
 
-// Tensor-core products of F16/BF16/Q8_0 weights for 1..kMmaMaxTokens tokens (gemm_mma.cu): for each
+// Tensor-core products of F16/BF16/Q8_0/Q4_K weights for 1..kMmaMaxTokens tokens (gemm_mma.cu): for each
 // part, y [n][rows] (+)= x [n][cols] W^T (+ bias), x in the weights' 16-bit type. Up to
 // kMmaMaxParts weights of one input in one launch. Needs sm_90 (gemm_mma_built_for_device) and
 // gemm_mma_fits for every part.
 constexpr int kMmaMaxTokens = 64;
 constexpr int kMmaMaxParts = 3;
 struct MmaPart {
-  const void* w = nullptr;         // 16-bit weights, or Q8_0 codes (with `scales`)
+  DType type = DType::kF16;        // F16, BF16, Q8_0 (device layout) or Q4_K
+  const void* w = nullptr;         // 16-bit weights, Q8_0 codes (with `scales`) or Q4_K blocks
   const __half* scales = nullptr;  // Q8_0: F16 scales [rows][cols / 32]; null for F16/BF16
   int64_t rows = 0;
-  int64_t ld = 0;  // elements (F16/BF16) or bytes (Q8_0 codes) between weight rows
+  int64_t ld = 0;  // elements (F16/BF16) or bytes (Q8_0 codes, Q4_K blocks) between weight rows
   float* y = nullptr;
   const float* bias = nullptr;
 };

@@ -400,16 +400,17 @@ class Gemm {
     half_bf16_ = bf16;
   }
 
-  // The tensor-core product (gemm_mma.cu) for `w` at n tokens, or false. By default Q8_0 weights
-  // only, read as they are (against dequantizing the whole weight to F16 for cuBLAS); F16, BF16
-  // and dequantized types with FRUGAL_CUDA_MMA=1: in 16-, 32- and 64-sequence F16 decode on an
-  // H100 it did not beat cuBLAS (docs/benchmarks.md, 2026-12-06). FRUGAL_CUDA_MMA=0: none.
+  // The tensor-core product (gemm_mma.cu) for `w` at n tokens, or false. By default Q8_0 and Q4_K
+  // weights only, read as they are (against dequantizing the whole weight to F16 for cuBLAS); F16,
+  // BF16 and the dequantized types with FRUGAL_CUDA_MMA=1: in 16-, 32- and 64-sequence F16 decode
+  // on an H100 it did not beat cuBLAS (docs/benchmarks.md, 2026-12-06). FRUGAL_CUDA_MMA=0: none.
   bool mma_part(const DevWeight& w, int n, MmaPart* p) const {
     if (mma_mode_ == 0 || n <= kGemvMaxTokens || n > kMmaMaxTokens || !gemm_mma_built_for_device()) return false;
     p->rows = w.rows;
-    if (w.type == DType::kQ8_0) {
+    p->type = w.type;
+    if (reads_quantized(w.type)) {
       p->w = w.data;
-      p->scales = w.scales;
+      p->scales = w.type == DType::kQ8_0 ? w.scales : nullptr;
       p->ld = w.row_stride;
     } else if (mma_mode_ != 1 || w.type == DType::kF32) {
       return false;
@@ -417,17 +418,20 @@ class Gemm {
       p->w = w.data;
       p->ld = w.row_stride / 2;
     } else {
+      p->type = DType::kF16;
       p->w = dq_;  // dequantized there first (cublas_run)
       p->ld = w.cols;
     }
     return p->w != nullptr && gemm_mma_fits(*p, w.cols);
   }
+  // Formats the tensor-core kernel reads in their device layout.
+  static bool reads_quantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_K; }
 
   // Q, K and V (gate and up) of one input as one tensor-core launch when it takes them all (one
   // type: F16, BF16 or Q8_0); false leaves them to the caller.
   bool mma_set(const DevWeight* const* w, float* const* y, const float* const* bias, int count, const float* x, int n) {
     const DType t = w[0]->type;
-    if (t != DType::kF16 && t != DType::kBF16 && t != DType::kQ8_0) return false;
+    if (t != DType::kF16 && t != DType::kBF16 && !reads_quantized(t)) return false;
     MmaPart parts[kMmaMaxParts];
     for (int i = 0; i < count; ++i) {
       if (w[i]->type != t || w[i]->cols != w[0]->cols || !mma_part(*w[i], n, &parts[i])) return false;
@@ -469,7 +473,7 @@ class Gemm {
       set_error(cat("cuda: cublasGemmEx: weight ", w.rows, " x ", w.cols, " exceeds int dimensions"));
       return;
     }
-    if (MmaPart p; w.type == DType::kQ8_0 && mma_part(w, n, &p)) {
+    if (MmaPart p; reads_quantized(w.type) && mma_part(w, n, &p)) {
       // Codes and scales as they are: no F16 copy of the weight.
       p.y = y;
       p.bias = bias;
@@ -501,7 +505,7 @@ class Gemm {
         b = act_;
         break;
     }
-    if (MmaPart p; w.type != DType::kQ8_0 && mma_part(w, n, &p)) {
+    if (MmaPart p; !reads_quantized(w.type) && mma_part(w, n, &p)) {
       p.y = y;
       p.bias = bias;
       launch_gemm_mma(&p, 1, b, n, w.cols, w.type == DType::kBF16, acc, a == w.data, sm_count_, stream_);

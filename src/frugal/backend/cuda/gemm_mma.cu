@@ -24,12 +24,13 @@
 // Several weights of one input (Q, K, V; gate, up) run as one launch: blockIdx.x walks their
 // row ranges one after the other.
 //
-// Q8_0 weights (the device layout: int8 codes [rows][cols], F16 scales [rows][cols / 32]) are
-// read as they are, one byte per weight: each step's codes and scales go to shared memory by
-// cp.async like the F16 tile, and the block converts the step to an F16 tile (code x scale,
-// rounded as the dequantizing kernel rounds) just before its products. Without this kernel a
-// Q8_0 product of more than 8 tokens first wrote the whole weight as F16 and cuBLAS read it back:
-// five bytes of traffic per weight instead of one.
+// Q8_0 weights (the device layout: int8 codes [rows][cols], F16 scales [rows][cols / 32]) and
+// Q4_K weights (GGUF's 144-byte blocks of 256) are read as they are: each step's codes and scales
+// (Q4_K: the block header and the step's 32 code bytes) go to shared memory by cp.async like the
+// F16 tile, and the block converts the step to an F16 tile (rounded as the dequantizing kernel
+// rounds) just before its products. Without this kernel a quantized product of more than 8 tokens
+// first wrote the whole weight as F16 and cuBLAS read it back: for Q8_0 five bytes of traffic per
+// weight instead of one.
 //
 // Launch. With programmatic dependent launch the block starts its weight copies before the
 // previous kernel (which writes x) has finished, and waits for it before touching x or y; a
@@ -39,6 +40,7 @@
 // build this GPU runs; the backend keeps cuBLAS where it is not.
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include <cooperative_groups.h>
 
@@ -56,6 +58,11 @@ constexpr int kLd = kBk + 8;   // shared row stride in halves: 16 bytes past 128
 constexpr int kStages = 4;     // steps in shared memory (one in use, three in flight)
 constexpr int kMaxSlices = 8;  // the portable cluster size
 constexpr int kLdQ = kBk + 16;  // Q8_0 code tile row stride in bytes (16-byte aligned rows)
+constexpr int kLdK4 = 48;       // Q4_K per row and step: the block's 16-byte header, 32 bytes of codes
+// Weight formats of the kernel (template argument WF).
+constexpr int kF16Bits = 0;  // F16 or BF16 as they are
+constexpr int kQ8 = 1;       // Q8_0: int8 codes [rows][cols], F16 scales [rows][cols / 32]
+constexpr int kQ4K = 2;      // Q4_K: GGUF's 144-byte blocks of 256
 constexpr int kMinStepsPerSlice = 4;
 
 struct MmaArgs {
@@ -77,17 +84,23 @@ struct MmaArgs {
 // Shared memory: kStages activation tiles [NT * 8][kLd] halves, and kStages weight tiles: F16
 // [128][kLd] halves, or Q8_0 codes [128][kLdQ] bytes plus scales [128][2] and one converted F16
 // tile [128][kLd].
-template <bool Q8, int NT>
-__host__ __device__ constexpr size_t smem_x_offset() {
-  return Q8 ? static_cast<size_t>(kStages) * kRowsPerBlock * (kLdQ + 4) + sizeof(__half) * kRowsPerBlock * kLd
-            : sizeof(__half) * static_cast<size_t>(kStages) * kRowsPerBlock * kLd;
+// Raw weight bytes per row and stage of the quantized formats, before their F16 tile.
+template <int WF>
+__host__ __device__ constexpr size_t raw_row_bytes() {
+  return WF == kQ8 ? kLdQ + 4 : kLdK4;
 }
-template <bool Q8, int NT>
+template <int WF, int NT>
+__host__ __device__ constexpr size_t smem_x_offset() {
+  return WF != kF16Bits
+             ? static_cast<size_t>(kStages) * kRowsPerBlock * raw_row_bytes<WF>() + sizeof(__half) * kRowsPerBlock * kLd
+             : sizeof(__half) * static_cast<size_t>(kStages) * kRowsPerBlock * kLd;
+}
+template <int WF, int NT>
 __host__ __device__ constexpr size_t smem_bytes() {
-  return smem_x_offset<Q8, NT>() + sizeof(__half) * static_cast<size_t>(kStages) * NT * 8 * kLd;
+  return smem_x_offset<WF, NT>() + sizeof(__half) * static_cast<size_t>(kStages) * NT * 8 * kLd;
 }
 
-template <bool BF16, bool Q8, int NT>
+template <bool BF16, int WF, int NT>
 __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -95,10 +108,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
   T* sw = reinterpret_cast<T*>(smem_raw);  // F16: [kStages][128][kLd]
   uint8_t* sq = smem_raw;                  // Q8_0: codes [kStages][128][kLdQ]
   __half* ss = reinterpret_cast<__half*>(smem_raw + kStages * kRowsPerBlock * kLdQ);  // [kStages][128][2]
-  T* sconv = reinterpret_cast<T*>(smem_raw + kStages * kRowsPerBlock * (kLdQ + 4));    // [128][kLd]
-  T* sx = reinterpret_cast<T*>(smem_raw + smem_x_offset<Q8, NT>());                   // [kStages][NT * 8][kLd]
+  uint8_t* sk4 = smem_raw;                 // Q4_K: [kStages][128][kLdK4]
+  T* sconv = reinterpret_cast<T*>(smem_raw + kStages * kRowsPerBlock * raw_row_bytes<WF>());  // [128][kLd]
+  T* sx = reinterpret_cast<T*>(smem_raw + smem_x_offset<WF, NT>());  // [kStages][NT * 8][kLd]
   constexpr int kTok = NT * 8;
-  static_assert(sizeof(float) * kTok * kRowsPerBlock <= smem_bytes<Q8, NT>(), "the partial tile reuses the stages");
+  static_assert(sizeof(float) * kTok * kRowsPerBlock <= smem_bytes<WF, NT>(), "the partial tile reuses the stages");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   const int bx = static_cast<int>(blockIdx.x);
@@ -118,7 +132,23 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
   // past cols are zeros (cols is a multiple of 8, so a 16-byte piece is all in or all out).
   auto load_w = [&](int s, int stage) {
     const int64_t k0 = (s0 + s) * kBk;
-    if constexpr (Q8) {
+    if constexpr (WF == kQ4K) {
+      // Per row: the super-block's header (d, dmin, 12 scale bytes) and the step's 32 code bytes
+      // (the step is one 64-column chunk of a 256-column block).
+      const uint8_t* blocks = static_cast<const uint8_t*>(a.w[part]);
+      uint8_t* skt = sk4 + stage * kRowsPerBlock * kLdK4;
+      const int64_t boff = (k0 / 256) * 144;
+      const int chunk = static_cast<int>((k0 % 256) / 64);
+      for (int c = tid; c < kRowsPerBlock * 3; c += kThreads) {
+        const int r = c / 3, piece = c % 3;
+        const bool in = row0 + r < rows;
+        const int64_t off = boff + (piece == 0 ? 0 : 16 + 32 * chunk + 16 * (piece - 1));
+        const uint8_t* src = in ? blocks + (row0 + r) * ld + off : blocks;
+        cp_async_16(smem_u32(skt + r * kLdK4 + piece * 16), src, in ? 16 : 0);
+      }
+      return;
+    }
+    if constexpr (WF == kQ8) {
       // Codes: 4 pieces of 16 bytes per row; scales: 2 per row (4 bytes: cols % 64 == 0 keeps
       // them 4-byte aligned).
       const uint8_t* codes = static_cast<const uint8_t*>(a.w[part]);
@@ -193,7 +223,49 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
     }
     cp_async_commit();
     const T* swt = sw + (it % kStages) * kRowsPerBlock * kLd;
-    if constexpr (Q8) {
+    if constexpr (WF == kQ4K) {
+      // The step's 64 weights of each row into the F16 tile: pieces 0 and 1 are the low nibbles of
+      // code bytes 0..15 and 16..31 (sub-block 2 chunk), 2 and 3 their high nibbles (sub-block
+      // 2 chunk + 1); value d sc q - dmin m, as the dequantizing kernel computes it.
+      const uint8_t* skt = sk4 + (it % kStages) * kRowsPerBlock * kLdK4;
+      const int chunk = static_cast<int>(((s0 + it) * kBk % 256) / 64);
+#pragma unroll
+      for (int i = 0; i < kRowsPerBlock * 4 / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        const int r = c / 4, piece = c % 4;
+        const uint4 hdr = *reinterpret_cast<const uint4*>(skt + r * kLdK4);
+        const uint4 raw = *reinterpret_cast<const uint4*>(skt + r * kLdK4 + 16 + 16 * (piece % 2));
+        const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x & 0xFFFF)));
+        const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x >> 16)));
+        const auto sc = [&hdr](int k) -> uint32_t {
+          const uint32_t word = k < 4 ? hdr.y : (k < 8 ? hdr.z : hdr.w);
+          return (word >> (8 * (k & 3))) & 0xFFu;
+        };
+        const int j = 2 * chunk + piece / 2;
+        uint32_t sj, mj;
+        if (j < 4) {
+          sj = sc(j) & 63;
+          mj = sc(j + 4) & 63;
+        } else {
+          sj = (sc(j + 4) & 0xF) | ((sc(j - 4) >> 6) << 4);
+          mj = (sc(j + 4) >> 4) | ((sc(j) >> 6) << 4);
+        }
+        const float dj = d * static_cast<float>(sj), nj = dmin * static_cast<float>(mj);
+        const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+        __align__(16) __half h[16];
+#pragma unroll
+        for (int e = 0; e < 16; ++e) {
+          const uint32_t byte = (words[e / 4] >> (8 * (e % 4))) & 0xFFu;
+          const uint32_t q = piece >= 2 ? byte >> 4 : byte & 0xFu;
+          h[e] = __float2half_rn(dj * static_cast<float>(q) - nj);
+        }
+        *reinterpret_cast<int4*>(sconv + r * kLd + piece * 16) = *reinterpret_cast<const int4*>(h);
+        *reinterpret_cast<int4*>(sconv + r * kLd + piece * 16 + 8) = *reinterpret_cast<const int4*>(h + 8);
+      }
+      __syncthreads();
+      swt = sconv;
+    }
+    if constexpr (WF == kQ8) {
       // The step's codes x scales into the F16 tile (the previous step's products are done with it:
       // the barrier above), 16 codes per piece.
       const uint8_t* sqt = sq + (it % kStages) * kRowsPerBlock * kLdQ;
@@ -292,18 +364,18 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
 #endif
 }
 
-template <bool BF16, bool Q8, int NT>
+template <bool BF16, int WF, int NT>
 cudaError_t allow_smem() {
-  return cudaFuncSetAttribute(gemm_mma_kernel<BF16, Q8, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(smem_bytes<Q8, NT>()));
+  return cudaFuncSetAttribute(gemm_mma_kernel<BF16, WF, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem_bytes<WF, NT>()));
 }
 
-template <bool BF16, bool Q8, int NT>
+template <bool BF16, int WF, int NT>
 void launch_one(const MmaArgs& a, dim3 grid, cudaStream_t s) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem_bytes<Q8, NT>();
+  cfg.dynamicSmemBytes = smem_bytes<WF, NT>();
   cfg.stream = s;
   cudaLaunchAttribute attr[2] = {};
   int n_attr = 0;
@@ -321,7 +393,7 @@ void launch_one(const MmaArgs& a, dim3 grid, cudaStream_t s) {
   }
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
-  (void)cudaLaunchKernelEx(&cfg, gemm_mma_kernel<BF16, Q8, NT>, a);  // checked by after_launch
+  (void)cudaLaunchKernelEx(&cfg, gemm_mma_kernel<BF16, WF, NT>, a);  // checked by after_launch
   after_launch("gemm_mma_kernel", grid, dim3(kThreads), s);
 }
 
@@ -335,18 +407,19 @@ bool gemm_mma_built_for_device() {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
   std::call_once(once[dev], [dev] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, gemm_mma_kernel<false, false, 8>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, gemm_mma_kernel<false, kF16Bits, 8>) != cudaSuccess) {
       (void)cudaGetLastError();  // not sticky: clear it so the next launch does not report it
       return;
     }
     if (attr.binaryVersion < 90 || (attr.ptxVersion != 0 && attr.ptxVersion < 90)) return;
     // More than 48 KB of shared memory is opt-in per kernel and device; here, not at the first
     // launch, which may be inside a graph capture.
-    const cudaError_t e[] = {allow_smem<false, false, 2>(), allow_smem<false, false, 4>(),
-                             allow_smem<false, false, 8>(), allow_smem<true, false, 2>(),
-                             allow_smem<true, false, 4>(),  allow_smem<true, false, 8>(),
-                             allow_smem<false, true, 2>(),  allow_smem<false, true, 4>(),
-                             allow_smem<false, true, 8>()};
+    const cudaError_t e[] = {allow_smem<false, kF16Bits, 2>(), allow_smem<false, kF16Bits, 4>(),
+                             allow_smem<false, kF16Bits, 8>(), allow_smem<true, kF16Bits, 2>(),
+                             allow_smem<true, kF16Bits, 4>(),  allow_smem<true, kF16Bits, 8>(),
+                             allow_smem<false, kQ8, 2>(),      allow_smem<false, kQ8, 4>(),
+                             allow_smem<false, kQ8, 8>(),      allow_smem<false, kQ4K, 2>(),
+                             allow_smem<false, kQ4K, 4>(),     allow_smem<false, kQ4K, 8>()};
     for (cudaError_t x : e) {
       if (x != cudaSuccess) {
         (void)cudaGetLastError();
@@ -360,10 +433,18 @@ bool gemm_mma_built_for_device() {
 
 bool gemm_mma_fits(const MmaPart& p, int64_t cols) {
   if (p.w == nullptr || p.rows <= 0 || cols <= 0 || reinterpret_cast<uintptr_t>(p.w) % 16 != 0) return false;
-  if (p.scales != nullptr) {  // Q8_0: whole steps of 64, 16-byte code rows, 4-byte scale pairs
-    return cols % kBk == 0 && p.ld % 16 == 0 && reinterpret_cast<uintptr_t>(p.scales) % 4 == 0;
+  switch (p.type) {
+    case DType::kF16:
+    case DType::kBF16:
+      return cols % 8 == 0 && p.ld % 8 == 0;
+    case DType::kQ8_0:  // whole steps of 64, 16-byte code rows, 4-byte scale pairs
+      return p.scales != nullptr && cols % kBk == 0 && p.ld % 16 == 0 &&
+             reinterpret_cast<uintptr_t>(p.scales) % 4 == 0;
+    case DType::kQ4_K:  // whole blocks, 16-byte aligned rows
+      return cols % 256 == 0 && p.ld % 16 == 0;
+    default:
+      return false;
   }
-  return cols % 8 == 0 && p.ld % 8 == 0;
 }
 
 int gemm_mma_slices(int64_t blocks, int64_t cols, int sm_count) {
@@ -382,7 +463,13 @@ int gemm_mma_slices(int64_t blocks, int64_t cols, int sm_count) {
 
 void launch_gemm_mma(const MmaPart* parts, int count, const void* x, int n, int64_t cols, bool bf16, bool acc,
                      bool w_ready, int sm_count, cudaStream_t s) {
-  const bool q8 = parts[0].scales != nullptr;
+  const DType type = parts[0].type;
+  for (int i = 1; i < count; ++i) {
+    if (parts[i].type != type) {
+      record_launch_error(cat("cuda: launch_gemm_mma: weights of different types in one launch"));
+      return;
+    }
+  }
   if (count < 1 || count > kMmaMaxParts || n < 1 || n > kMmaMaxTokens) {
     record_launch_error(cat("cuda: launch_gemm_mma: ", count, " weights, ", n, " tokens (1..", kMmaMaxParts, ", 1..",
                             kMmaMaxTokens, ")"));
@@ -411,23 +498,26 @@ void launch_gemm_mma(const MmaPart* parts, int count, const void* x, int n, int6
   a.steps_per_slice = static_cast<int>((steps + slices - 1) / slices);
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
   if (profiling()) {
-    profile_label(cat("gemm_mma ", q8 ? "q8_0 " : (bf16 ? "bf16 " : "f16 "), parts[0].rows, count > 1 ? "+.." : "", "x", cols,
+    profile_label(cat("gemm_mma ", std::string(dtype_name(type)), " ", parts[0].rows, count > 1 ? "+.." : "", "x", cols,
                       " n=", n, " parts=", count, " K/", slices),
                   0);
   }
   const int nt = n <= 16 ? 2 : (n <= 32 ? 4 : 8);
-  if (q8) {
-    if (nt == 2) launch_one<false, true, 2>(a, grid, s);
-    if (nt == 4) launch_one<false, true, 4>(a, grid, s);
-    if (nt == 8) launch_one<false, true, 8>(a, grid, s);
+  const auto go = [&](auto bf16_tag, auto wf_tag) {
+    constexpr bool kBf16 = decltype(bf16_tag)::value;
+    constexpr int kWf = decltype(wf_tag)::value;
+    if (nt == 2) launch_one<kBf16, kWf, 2>(a, grid, s);
+    if (nt == 4) launch_one<kBf16, kWf, 4>(a, grid, s);
+    if (nt == 8) launch_one<kBf16, kWf, 8>(a, grid, s);
+  };
+  if (type == DType::kQ8_0) {
+    go(std::false_type{}, std::integral_constant<int, kQ8>{});
+  } else if (type == DType::kQ4_K) {
+    go(std::false_type{}, std::integral_constant<int, kQ4K>{});
   } else if (bf16) {
-    if (nt == 2) launch_one<true, false, 2>(a, grid, s);
-    if (nt == 4) launch_one<true, false, 4>(a, grid, s);
-    if (nt == 8) launch_one<true, false, 8>(a, grid, s);
+    go(std::true_type{}, std::integral_constant<int, kF16Bits>{});
   } else {
-    if (nt == 2) launch_one<false, false, 2>(a, grid, s);
-    if (nt == 4) launch_one<false, false, 4>(a, grid, s);
-    if (nt == 8) launch_one<false, false, 8>(a, grid, s);
+    go(std::false_type{}, std::integral_constant<int, kF16Bits>{});
   }
 }
 
