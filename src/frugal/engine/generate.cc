@@ -73,6 +73,8 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   ps.blocks_causal = sparse_after.blocks_causal - sparse_before.blocks_causal;
   ps.select_ms = sparse_after.select_ms - sparse_before.select_ms;
   res.timings.prefill_sparse_method = sparse::method_name(opts.prefill_sparse.method);
+  res.timings.prefill_sparse_short_prompt =
+      static_cast<int64_t>(prompt.size()) < static_cast<int64_t>(opts.prefill_sparse.min_blocks) * sparse::kSparseBlock;
   res.kv_bytes = f.kv_bytes;
   res.kv_eviction = f.kv;
   res.speculative = f.speculative;

@@ -42,6 +42,7 @@ struct Timings {
   // prefill chunks that fell back to dense attention.
   std::string prefill_sparse_method;
   sparse::PrefillSparseStats prefill_sparse;
+  bool prefill_sparse_short_prompt = false;  // the prompt had fewer keys than min_blocks blocks: all dense
   double prefill_tok_s() const { return prefill_ms > 0 ? prefill_tokens * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const { return decode_ms > 0 ? decode_tokens * 1000.0 / decode_ms : 0; }
 };

@@ -90,6 +90,7 @@ Json timings_json(const Timings& t) {
     ps["method"] = t.prefill_sparse_method;
     ps["sparse_calls"] = t.prefill_sparse.sparse_calls;
     ps["dense_fallback_calls"] = t.prefill_sparse.dense_calls;
+    ps["short_prompt_dense"] = t.prefill_sparse_short_prompt;
     ps["blocks_kept"] = t.prefill_sparse.blocks_kept;
     ps["blocks_causal"] = t.prefill_sparse.blocks_causal;
     ps["kept_fraction"] = t.prefill_sparse.kept_fraction();
