@@ -48,6 +48,9 @@ function(frugal_test name)
     FRUGAL_SHARED_MODELS_DIR="${FRUGAL_SHARED_MODELS}"
     FRUGAL_BINARY_DIR="${CMAKE_BINARY_DIR}")
   # A per-test limit in seconds, not ctest's default 1500: a hang fails fast and names the test.
-  # The slowest test (a whole-model evaluation) takes under 40 s on CI's two cores.
+  # The slowest test (a whole-model evaluation) takes under 40 s on CI's two cores. The asan
+  # preset sets 600: sanitized code runs several times slower, and the slowest sanitized test
+  # (SpeculativeSampling.JointLawOfTwoTokensEqualsPlainSampling, 15,000 sampled requests) took
+  # 142 s alone and over 180 s beside other work on the same two cores.
   gtest_discover_tests(${name}_tests DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${name} TIMEOUT ${FRUGAL_TEST_TIMEOUT})
 endfunction()

@@ -32,6 +32,15 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
   return w;
 }
 
+// sum_j |W[o][j] x_j| of the dequantized row o (row: scratch of cols floats): the scale of the
+// rounding bounds below.
+double abs_dot(const fb::View& v, int64_t o, const std::vector<float>& x, std::vector<float>& row) {
+  fb::dequantize_row(v, o, row.data());
+  double mag = 0;
+  for (size_t j = 0; j < x.size(); ++j) mag += std::fabs(row[j] * x[j]);
+  return mag;
+}
+
 double stored_error(const fb::Matrix& m, const std::vector<float>& w, const float* h = nullptr) {
   std::vector<float> row(m.cols);
   double err = 0;
@@ -133,9 +142,7 @@ TEST(FluxBin, LutGemvEqualsReferenceOnRandomShapes) {
           fb::gemv_lut(v, x.data(), lut.data(), 0, rows, scratch);
           std::vector<float> row(cols);
           for (int64_t o = 0; o < rows; ++o) {
-            fb::dequantize_row(v, o, row.data());
-            double mag = 0;
-            for (int64_t j = 0; j < cols; ++j) mag += std::fabs(row[j] * x[j]);
+            const double mag = abs_dot(v, o, x, row);
             EXPECT_NEAR(lut[o], ref[o], 1e-5 * mag + 1e-6)
                 << "salient " << salient << " rows " << rows << " cols " << cols << " row " << o;
           }
@@ -413,9 +420,7 @@ TEST_P(FluxBinSimd, GemvEqualsReferenceOnFittedMatrices) {
         fb::gemv_simd(v, x.data(), simd.data(), 0, rows, scratch);
         std::vector<float> row(cols);
         for (int64_t o = 0; o < rows; ++o) {
-          fb::dequantize_row(v, o, row.data());
-          double mag = 0;
-          for (int64_t j = 0; j < cols; ++j) mag += std::fabs(row[j] * x[j]);
+          const double mag = abs_dot(v, o, x, row);
           EXPECT_NEAR(simd[o], ref[o], 1e-5 * mag + 1e-6)
               << "salient " << salient << " rows " << rows << " cols " << cols << " row " << o;
         }

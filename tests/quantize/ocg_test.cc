@@ -23,27 +23,15 @@
 #include "frugal/quantize/nvfp4_activation_backend.h"
 #include "frugal/quantize/ocg_fold.h"
 #include "frugal/synth/random_model.h"
+#include "quantize/synthetic_model.h"
 
 namespace frugal::quantize {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("frugal_ocg_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  size_t n_entries() const { return static_cast<size_t>(std::distance(fs::directory_iterator(path_), {})); }
-
- private:
-  fs::path path_;
-};
+using testing::logits_of;
+using testing::TempDir;
 
 std::string write_model(const TempDir& dir, const std::string& preset, const std::string& type, uint64_t seed) {
   auto o = synth::random_model_preset(preset, FRUGAL_SHARED_MODELS_DIR);
@@ -92,19 +80,6 @@ Result<QuantizeReport> quantize_ocg(const std::string& in, const std::string& ou
   return quantize_model(o);
 }
 
-std::vector<float> logits_of(const std::string& path) {
-  auto m = Model::load(path);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return {};
-  auto be = make_cpu_backend({});
-  auto kv = KvCache::create((*m)->kv_options(1, 16));
-  EXPECT_TRUE(kv.ok());
-  Batch b;
-  for (int i = 0; i < 12; ++i) b.add(1 + 37 * i % 500, i, 0, true);
-  std::vector<float> logits(static_cast<size_t>(12 * (*m)->config().n_vocab));
-  EXPECT_TRUE((*m)->forward(b, *kv, *be, logits.data()).ok());
-  return logits;
-}
 
 std::vector<float> tensor_floats(const GgufFile& f, const std::string& name) {
   const GgufTensorInfo* t = f.find_tensor(name);
@@ -134,8 +109,8 @@ TEST(OcgFold, ReorderedFloatModelGivesTheSameLogits) {
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_NE(tensor_floats(**a, "blk.1.attn_norm.weight"), tensor_floats(**b, "blk.1.attn_norm.weight"));
     EXPECT_NE(tensor_floats(**a, "blk.1.attn_v.weight"), tensor_floats(**b, "blk.1.attn_v.weight"));
-    const std::vector<float> ref = logits_of(f32);
-    const std::vector<float> got = logits_of(out);
+    const std::vector<float> ref = logits_of(f32, 12);
+    const std::vector<float> got = logits_of(out, 12);
     ASSERT_EQ(got.size(), ref.size());
     double scale = 0;
     for (float v : ref) scale = std::max(scale, std::fabs(static_cast<double>(v)));
@@ -200,7 +175,7 @@ TEST(OcgFold, Nvfp4TensorsAreTheReorderedWeightsQuantized) {
       EXPECT_EQ(std::memcmp(expect.data(), qt->data, expect.size()), 0);
     }
     EXPECT_TRUE((*q)->find("quantize.ocg") != nullptr);
-    const std::vector<float> logits = logits_of(out);
+    const std::vector<float> logits = logits_of(out, 12);
     ASSERT_FALSE(logits.empty());
     for (float v : logits) ASSERT_TRUE(std::isfinite(v));
   }
@@ -276,7 +251,7 @@ TEST(OcgFold, RefusesWhatItCannotDoAndWritesNothing) {
   TempDir dir;
   const std::string f16 = write_model(dir, "tiny-llama", "F16", 8);
   const Imatrix im = planted_imatrix(f16, 9);
-  const size_t files = dir.n_entries();
+  const size_t files = dir.entries().size();
   const std::string out = dir.file("out.gguf");
   auto expect_refusal = [&](const Result<QuantizeReport>& r, const std::string& needle) {
     ASSERT_FALSE(r.ok()) << needle;
@@ -316,7 +291,7 @@ TEST(OcgFold, RefusesWhatItCannotDoAndWritesNothing) {
     ASSERT_TRUE(w.write(odd).ok());
     expect_refusal(quantize_ocg(odd, out, "NVFP4", &im), "tensor 'blk.0.ffn_gate_inp.weight' is not one the fold knows");
   }
-  EXPECT_EQ(dir.n_entries(), files + 2);  // the two inputs made above, nothing else
+  EXPECT_EQ(dir.entries().size(), files + 2);  // the two inputs made above, nothing else
 }
 
 }  // namespace

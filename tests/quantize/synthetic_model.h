@@ -61,8 +61,8 @@ inline std::string write_f16_model(const TempDir& dir, int64_t n_embd, int64_t n
   return path;
 }
 
-// The model's logits for 8 fixed tokens on the CPU.
-inline std::vector<float> logits_of(const std::string& path) {
+// The model's logits for n_tokens fixed tokens on the CPU.
+inline std::vector<float> logits_of(const std::string& path, int n_tokens = 8) {
   auto m = Model::load(path);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   if (!m.ok()) return {};
@@ -70,8 +70,8 @@ inline std::vector<float> logits_of(const std::string& path) {
   auto kv = KvCache::create((*m)->kv_options(1, 16));
   EXPECT_TRUE(kv.ok());
   Batch b;
-  for (int i = 0; i < 8; ++i) b.add(1 + 37 * i % 500, i, 0, true);
-  std::vector<float> logits(static_cast<size_t>(8 * (*m)->config().n_vocab));
+  for (int i = 0; i < n_tokens; ++i) b.add(1 + 37 * i % 500, i, 0, true);
+  std::vector<float> logits(static_cast<size_t>(n_tokens * (*m)->config().n_vocab));
   EXPECT_TRUE((*m)->forward(b, *kv, *be, logits.data()).ok());
   return logits;
 }

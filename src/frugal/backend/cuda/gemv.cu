@@ -211,15 +211,8 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvSet set, c
                                                                    int accumulate) {
   using D = Dec<T>;
   constexpr int kVals = D::kRuns * D::kLen;
-  // Up to three products of one input in one launch: blocks [first[i], first[i+1]) serve
-  // weight i. Fields are picked by selects, not by a run-time array index (that would go
-  // through local memory).
   const int b = static_cast<int>(blockIdx.x);
-  const int i = (set.n > 2 && b >= set.first2) ? 2 : ((set.n > 1 && b >= set.first1) ? 1 : 0);
-  const DevWeight& w = i == 0 ? set.w0 : (i == 1 ? set.w1 : set.w2);
-  float* y = i == 0 ? set.y0 : (i == 1 ? set.y1 : set.y2);
-  const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
-  const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
+  FRUGAL_GEMV_SET_PART(set, b);
   const int lane = threadIdx.x % kWarp;
   // KS warps share a row (each takes every KS-th unit of it; their sums meet in shared memory), so
   // a matrix with few rows still has enough warps to keep DRAM busy.

@@ -64,6 +64,18 @@ __device__ __forceinline__ void gemv_finish_rows(float (&acc)[NT][R], int part, 
   }
 }
 
+// Declares w, y, bias and first: the part of GemvSet `set` that block `b` serves (blocks
+// [first_i, first_{i+1}) serve weight i: up to three products of one input in one launch). Fields
+// are picked by selects, not by a run-time array index (that would go through local memory). A
+// macro, not a function: the same selects through inlined helpers returning a reference into the
+// kernel's parameters compiled to different register use in every GEMV kernel.
+#define FRUGAL_GEMV_SET_PART(set, b)                                                                \
+  const int part_index_ = ((set).n > 2 && (b) >= (set).first2) ? 2 : (((set).n > 1 && (b) >= (set).first1) ? 1 : 0); \
+  const DevWeight& w = part_index_ == 0 ? (set).w0 : (part_index_ == 1 ? (set).w1 : (set).w2);     \
+  float* y = part_index_ == 0 ? (set).y0 : (part_index_ == 1 ? (set).y1 : (set).y2);               \
+  const float* bias = part_index_ == 0 ? (set).b0 : (part_index_ == 1 ? (set).b1 : (set).b2);      \
+  const int first = part_index_ == 0 ? 0 : (part_index_ == 1 ? (set).first1 : (set).first2)
+
 // Sets g's first blocks of w1 and w2 for `per_block` rows per block and its prefetch; returns the
 // grid's block count (0: nothing to launch).
 inline int gemv_layout(GemvSet& g, int per_block) {

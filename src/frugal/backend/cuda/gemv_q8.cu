@@ -468,11 +468,7 @@ __device__ __forceinline__ void gemv_q8_rows(const DevWeight& w, float* y, const
 template <DType T, int NT, int R, int KS>
 __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QActView x, int nt, int accumulate) {
   const int b = static_cast<int>(blockIdx.x);
-  const int i = (set.n > 2 && b >= set.first2) ? 2 : ((set.n > 1 && b >= set.first1) ? 1 : 0);
-  const DevWeight& w = i == 0 ? set.w0 : (i == 1 ? set.w1 : set.w2);
-  float* y = i == 0 ? set.y0 : (i == 1 ? set.y1 : set.y2);
-  const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
-  const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
+  FRUGAL_GEMV_SET_PART(set, b);
   gemv_q8_rows<T, NT, R, KS>(w, y, bias, first, b, set.prefetch, x, nt, accumulate);
 }
 
@@ -482,11 +478,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_kernel(GemvSet set, QA
 template <DType T0, DType T1, int NT>
 __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_mixed_kernel(GemvSet set, QActView x, int nt, int accumulate) {
   const int b = static_cast<int>(blockIdx.x);
-  const int i = (set.n > 2 && b >= set.first2) ? 2 : ((set.n > 1 && b >= set.first1) ? 1 : 0);
-  const DevWeight& w = i == 0 ? set.w0 : (i == 1 ? set.w1 : set.w2);
-  float* y = i == 0 ? set.y0 : (i == 1 ? set.y1 : set.y2);
-  const float* bias = i == 0 ? set.b0 : (i == 1 ? set.b1 : set.b2);
-  const int first = i == 0 ? 0 : (i == 1 ? set.first1 : set.first2);
+  FRUGAL_GEMV_SET_PART(set, b);
   if (w.type == T0) {
     gemv_q8_rows<T0, NT, 1, 1>(w, y, bias, first, b, set.prefetch, x, nt, accumulate);
   } else {
