@@ -272,6 +272,7 @@ int bench(const BenchArgs& a) {
   auto made = make_backend(a.engine.device, bo.n_threads);
   if (!made.ok()) return fail(cmd, made.status().message());
   auto be = std::move(*made);
+  if (Status st = be->set_prefill_sparse(engine_opts.prefill_sparse); !st.ok()) return fail(cmd, st.message());
   std::mt19937 rng(1234);
   CacheSpec cs;
   cs.dtype = engine_opts.kv_dtype;
@@ -453,6 +454,15 @@ int bench(const BenchArgs& a) {
       }
     }
     std::cout << j.dump(2) << "\n";
+  }
+  if (engine_opts.prefill_sparse.method != sparse::Method::kNone) {
+    // Summed over every repetition and test (warm-up included); a fraction, so the sum is fair.
+    const sparse::PrefillSparseStats ps = be->prefill_sparse_stats();
+    std::cerr << fmt::format(
+        "prefill-sparse {}: {} sparse (layer, chunk) calls, {} dense fallbacks, {} of {} blocks computed ({:.1f}%), "
+        "block selection {:.1f} ms\n",
+        sparse::method_name(engine_opts.prefill_sparse.method), ps.sparse_calls, ps.dense_calls, ps.blocks_kept,
+        ps.blocks_causal, 100.0 * ps.kept_fraction(), ps.select_ms);
   }
   return 0;
 }

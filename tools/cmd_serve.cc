@@ -93,6 +93,7 @@ int serve(const ServeArgs& a) {
   if (!draft.ok()) return fail(cmd, draft.status().message());
   // The default of every request; one may opt out ("speculative": false, docs/speculative.md).
   eo.spec = engine_opts.spec;
+  eo.prefill_sparse = engine_opts.prefill_sparse;
   const std::string id = a.alias.empty() ? std::filesystem::path(*path).stem().string() : a.alias;
 
   server::Metrics metrics(id);

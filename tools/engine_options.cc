@@ -70,6 +70,18 @@ constexpr FlagRow kFlags[] = {
      "memspec: predict (acceptance predicted per sequence, drafts loaded ahead) or bandit (UCB1, loading on demand)",
      "predict"},
     {"spec-search-every", "--spec-search-every", "INT", "swift, conflayers: drafting calls between search steps", "8"},
+    {"prefill-sparse", "--prefill-sparse", "TEXT",
+     "sparse prefill attention: none (dense) or minference (vertical-slash blocks estimated from the last queries; "
+     "cpu backend)",
+     "none"},
+    {"sparse-min-blocks", "--sparse-min-blocks", "INT",
+     "sparse prefill: sequences with fewer keys than this many 64-token blocks run dense", "4"},
+    {"sparse-last-q", "--sparse-last-q", "INT", "minference: last queries of a chunk whose attention is estimated",
+     "64"},
+    {"sparse-vertical", "--sparse-vertical", "INT",
+     "minference: key columns kept per query head (0: 1000 per 128k keys, at least 30)", "0"},
+    {"sparse-slash", "--sparse-slash", "INT",
+     "minference: diagonals kept per query head (0: 6096 per 128k keys, at least 50)", "0"},
     {"draft", "--draft", "TEXT", "draft model GGUF with the target's vocabulary (implies --spec draft)", nullptr},
     {"draft-memory", "--draft-memory", "TEXT",
      "memory budget of the draft model, weights + its KV cache, e.g. 64MiB (default: smaller than the target; "

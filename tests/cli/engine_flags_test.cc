@@ -22,7 +22,8 @@ const std::vector<std::string> kSharedFlags = {"--threads",  "--device",    "--k
                                                "--kv-budget", "--kv-budget-of", "--kv-buffer",     "--kv-protect-prompt",
                                                "--kv-seed",  "--kv-quant",  "--kv-memory", "--spec",
                                                "--spec-k",   "--spec-skip", "--spec-candidates", "--spec-rule",
-                                               "--draft",    "--draft-memory"};
+                                               "--draft",    "--draft-memory", "--prefill-sparse", "--sparse-min-blocks",
+                                               "--sparse-last-q", "--sparse-vertical", "--sparse-slash"};
 
 class EngineFlags : public ::testing::Test {
  protected:
@@ -81,6 +82,10 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
       {"--spec-drafts ngram,,a.gguf", "--spec-drafts: empty entry in 'ngram,,a.gguf'"},
       {"--draft-memory 3Q", "--draft-memory: '3Q' is not a size"},
       {"--spec ngram --draft x.gguf", "--draft: a draft model is for --spec draft, not --spec ngram"},
+      {"--prefill-sparse flexprefill", "--prefill-sparse: 'flexprefill' is not a prefill sparsity method (none or minference)"},
+      {"--sparse-slash -5", "--sparse-slash: -5 is not in [0, 1073741824]"},
+      {"--sparse-last-q abc", "--sparse-last-q: 'abc' is not an integer"},
+      {"--sparse-min-blocks 0", "--sparse-min-blocks: 0 is not in [1, 1073741824]"},
   };
   for (const auto& cmd : kCommands) {
     for (const auto& c : cases) {

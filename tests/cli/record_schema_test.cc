@@ -62,6 +62,19 @@ TEST_F(RecordSchema, RunJson) {
   EXPECT_EQ(j["timings"]["decode_tokens"], 3);
 }
 
+TEST_F(RecordSchema, RunJsonWithSparsePrefill) {
+  // A prompt too short for sparse prefill's blocks: it runs dense and the record says so.
+  const CmdResult r = run_frugal("run -m " + *model_ +
+                                 " -p 'a b c' -n 2 --temp 0 --ignore-eos --json -t 1 --prefill-sparse minference");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(schema().validate(j["timings"]), "") << j["timings"].dump(1);
+  const json& ps = j["timings"]["prefill_sparse"];
+  EXPECT_EQ(ps["method"], "minference");
+  EXPECT_TRUE(ps["short_prompt_dense"].get<bool>());
+  EXPECT_EQ(ps["sparse_calls"], 0);
+}
+
 TEST_F(RecordSchema, BenchJson) {
   const CmdResult r = run_frugal("bench -m " + *model_ + " -p 16 -n 4 -r 2 -t 1 --no-roofline --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

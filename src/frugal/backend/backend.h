@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "frugal/attention/sparse/prefill_sparsity.h"
 #include "frugal/core/attention_params.h"
 #include "frugal/core/dtype.h"
 #include "frugal/core/status.h"
@@ -77,6 +78,16 @@ class Backend {
   // Model::forward from Batch::row_invariant. A backend whose kernels are row-invariant anyway
   // ignores it.
   virtual void set_row_invariant(bool on) { (void)on; }
+  // Sparse prefill (attention/sparse/prefill_sparsity.h): from now on, attention over a prefill
+  // chunk computes only the key blocks the method selects. The default backend has no block-sparse
+  // kernel and refuses every method but none.
+  virtual Status set_prefill_sparse(const sparse::PrefillSparseOptions& o) {
+    if (o.method == sparse::Method::kNone) return ok_status();
+    return error(ErrorCode::kNotSupported, "--prefill-sparse {}: the {} backend has no block-sparse attention",
+                 sparse::method_name(o.method), name());
+  }
+  // What sparse prefill did since the backend was made (zeros without it).
+  virtual sparse::PrefillSparseStats prefill_sparse_stats() const { return {}; }
   virtual void matmul(const WeightTensor& w, const float* x, int64_t n, float* y,
                       const float* bias = nullptr) = 0;
   // y[i][:] = W[ids[i]][:] as floats; y [n][w.cols].

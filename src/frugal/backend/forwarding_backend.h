@@ -13,6 +13,8 @@ class ForwardingBackend : public Backend {
   std::string name() const override { return inner_.name(); }
   int n_threads() const override { return inner_.n_threads(); }
   uint64_t contended_dispatches() const override { return inner_.contended_dispatches(); }
+  Status set_prefill_sparse(const sparse::PrefillSparseOptions& o) override { return inner_.set_prefill_sparse(o); }
+  sparse::PrefillSparseStats prefill_sparse_stats() const override { return inner_.prefill_sparse_stats(); }
   void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override {
     inner_.matmul(w, x, n, y, bias);
   }

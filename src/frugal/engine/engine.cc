@@ -104,6 +104,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     return error(ErrorCode::kInvalidArgument, "engine: the KV cache type must be f16 or f32");
   }
   FRUGAL_RETURN_IF_ERROR(validate(opts.kv));
+  FRUGAL_RETURN_IF_ERROR(backend.set_prefill_sparse(opts.prefill_sparse));
   const bool paged = backend.name() == "cpu";
   if (!paged) FRUGAL_RETURN_IF_ERROR(device_kv_supports(opts.kv, backend.name()));
   if (opts.batch_invariant && !paged) {

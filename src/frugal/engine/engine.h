@@ -57,6 +57,8 @@ struct EngineOptions {
   // Speculative decoding (cpu backend, keep-everything unquantized KV): a drafter proposes up to
   // spec.k tokens per decoding sequence and step, verified in the step's one forward pass.
   speculative::SpeculativeOptions spec;
+  // Sparse prefill attention, set on the backend when the engine is made (none: dense).
+  sparse::PrefillSparseOptions prefill_sparse;
 };
 
 struct EngineStats {

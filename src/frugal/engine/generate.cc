@@ -38,6 +38,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   eo.prefix_cache = false;
   eo.kv = opts.kv_policy;
   eo.spec = opts.spec;
+  eo.prefill_sparse = opts.prefill_sparse;
   FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, tok, backend, eo));
   RequestOptions req;
   req.prompt = prompt;
@@ -46,6 +47,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   req.stop = opts.stop;
   req.ignore_eos = opts.ignore_eos;
   if (opts.spec.method != speculative::Method::kNone) req.speculative = true;
+  const sparse::PrefillSparseStats sparse_before = backend.prefill_sparse_stats();
   FRUGAL_ASSIGN_OR_RETURN(std::shared_ptr<RequestHandle> handle, engine->submit(std::move(req)));
 
   RequestUpdate u;
@@ -62,6 +64,17 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   if (f.reason == FinishReason::kError) return f.error;
   res.stop_reason = finish_reason_name(f.reason);
   res.timings = f.timings;
+  // The backend's counters over this request alone (it is the only one the engine runs).
+  const sparse::PrefillSparseStats sparse_after = backend.prefill_sparse_stats();
+  sparse::PrefillSparseStats& ps = res.timings.prefill_sparse;
+  ps.sparse_calls = sparse_after.sparse_calls - sparse_before.sparse_calls;
+  ps.dense_calls = sparse_after.dense_calls - sparse_before.dense_calls;
+  ps.blocks_kept = sparse_after.blocks_kept - sparse_before.blocks_kept;
+  ps.blocks_causal = sparse_after.blocks_causal - sparse_before.blocks_causal;
+  ps.select_ms = sparse_after.select_ms - sparse_before.select_ms;
+  res.timings.prefill_sparse_method = sparse::method_name(opts.prefill_sparse.method);
+  res.timings.prefill_sparse_short_prompt =
+      static_cast<int64_t>(prompt.size()) < static_cast<int64_t>(opts.prefill_sparse.min_blocks) * sparse::kSparseBlock;
   res.kv_bytes = f.kv_bytes;
   res.kv_eviction = f.kv;
   res.speculative = f.speculative;
@@ -111,12 +124,14 @@ std::vector<std::string> generate_option_names() {
   return {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
           "kv-policy", "kv-budget", "kv-budget-of", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant",
           "kv-memory", "spec", "spec-k", "spec-skip", "spec-candidates", "spec-rule", "spec-confidence",
-          "spec-skip-set", "spec-seed", "spec-search-every", "draft", "draft-memory"};
+          "spec-skip-set", "spec-seed", "spec-search-every", "draft", "draft-memory", "prefill-sparse",
+          "sparse-min-blocks", "sparse-last-q", "sparse-vertical", "sparse-slash"};
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value,
                            const std::string& label_or_empty) {
   const std::string label = label_or_empty.empty() ? "option " + name : label_or_empty;
+  if (sparse::is_option(name)) return sparse::set_option(o.prefill_sparse, name, value, label);
   if (name == "kv-type") {
     if (value == "f16") o.kv_dtype = DType::kF16;
     else if (value == "f32") o.kv_dtype = DType::kF32;

@@ -32,6 +32,8 @@ struct GenerateOptions {
   // caller (spec.draft_path only names it); any method makes speculation required, so an option
   // it cannot run with (eviction, KV quantization) is refused, not silently decoded plainly.
   speculative::SpeculativeOptions spec;
+  // Sparse prefill attention (method none: dense); handed to the backend by the engine.
+  sparse::PrefillSparseOptions prefill_sparse;
 };
 
 struct GenerateResult {

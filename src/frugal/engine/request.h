@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "frugal/attention/sparse/prefill_sparsity.h"
 #include "frugal/decode/sampler.h"
 #include "frugal/decode/stop.h"
 #include "frugal/engine/json_constraint.h"
@@ -37,6 +38,11 @@ struct Timings {
   std::string energy_meter;     // what the meter measures, or why there is none
   uint64_t kv_reserved_bytes = 0;  // KV memory reserved for this generation
   uint64_t kv_peak_bytes = 0;      // the most K/V bytes it held at once
+  // Sparse prefill (`frugal run`/`eval`; empty method: not recorded): blocks computed, and the
+  // prefill chunks that fell back to dense attention.
+  std::string prefill_sparse_method;
+  sparse::PrefillSparseStats prefill_sparse;
+  bool prefill_sparse_short_prompt = false;  // the prompt had fewer keys than min_blocks blocks: all dense
   double prefill_tok_s() const { return prefill_ms > 0 ? prefill_tokens * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const { return decode_ms > 0 ? decode_tokens * 1000.0 / decode_ms : 0; }
 };

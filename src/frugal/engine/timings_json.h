@@ -85,6 +85,18 @@ Json timings_json(const Timings& t) {
   j["kv_reserved_bytes"] = t.kv_reserved_bytes;
   j["kv_peak_bytes"] = t.kv_peak_bytes;
   j["energy_meter"] = t.energy_meter.empty() ? std::string("unavailable: not measured") : t.energy_meter;
+  if (!t.prefill_sparse_method.empty() && t.prefill_sparse_method != "none") {
+    Json ps;
+    ps["method"] = t.prefill_sparse_method;
+    ps["sparse_calls"] = t.prefill_sparse.sparse_calls;
+    ps["dense_fallback_calls"] = t.prefill_sparse.dense_calls;
+    ps["short_prompt_dense"] = t.prefill_sparse_short_prompt;
+    ps["blocks_kept"] = t.prefill_sparse.blocks_kept;
+    ps["blocks_causal"] = t.prefill_sparse.blocks_causal;
+    ps["kept_fraction"] = t.prefill_sparse.kept_fraction();
+    ps["select_ms"] = t.prefill_sparse.select_ms;
+    j["prefill_sparse"] = std::move(ps);
+  }
   Json phases;
   phases["prefill"] = timings_detail::phase_json<Json>(t.prefill, t.prefill_tokens, t.cost);
   phases["decode"] = timings_detail::phase_json<Json>(t.decode, t.decode_tokens, t.cost);

@@ -2,6 +2,7 @@
 // (tile, KV head) pair is one work item, so the query heads that share a KV head (GQA) and the
 // neighbouring tokens of a prefill read each converted K/V block once.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -17,6 +18,9 @@ namespace {
 // vectors, few enough that a prefill still yields many items to balance across threads.
 constexpr int kTileRows = 32;
 
+// A mask's key block is the kernel's block of keys.
+static_assert(sparse::kSparseBlock == kAttentionKeyBlock);
+
 struct AttentionJob {
   const float* q;
   float* out;
@@ -28,7 +32,47 @@ struct AttentionJob {
   const AttentionItem* items;
   const AlignedBuffer* scratch;  // [thread]
   bool row_invariant;            // one-token tiles, each seeing only the keys up to its position
+  const uint8_t* masks;          // sparse prefill's key-block rows (AttentionItem::mask)
 };
+
+struct SparseSelectJob {
+  const float* q;
+  const KvCache* kv;
+  int layer;
+  const AttentionParams* p;
+  const int32_t* pos;
+  const sparse::PrefillSparsity* method;
+  SparseHead* heads;
+  float* keys;
+  uint8_t* masks;
+  sparse::Scratch* scratch;  // [thread]
+};
+
+// Reads one (chunk, KV head)'s keys back as floats and lets the method choose its blocks.
+void sparse_select_task(void* ctx, int64_t b, int64_t e, int thread) {
+  const SparseSelectJob& j = *static_cast<const SparseSelectJob*>(ctx);
+  const AttentionParams& p = *j.p;
+  const int n_rep = p.n_head / p.n_head_kv;
+  const int64_t token_stride = static_cast<int64_t>(p.n_head) * p.head_dim;
+  for (int64_t i = b; i < e; ++i) {
+    SparseHead& h = j.heads[i];
+    float* k = j.keys + h.key_off;
+    j.kv->read_rows(j.layer, h.seq, h.group, k, nullptr);  // every row: n_k of them (checked by the caller)
+    sparse::HeadInput in;
+    in.q = j.q + h.t0 * token_stride + static_cast<int64_t>(h.group) * n_rep * p.head_dim;
+    in.token_stride = token_stride;
+    in.n_rep = n_rep;
+    in.n_q = h.nt;
+    in.q_pos0 = j.pos[h.t0];
+    in.k = k;
+    in.n_k = h.n_k;
+    in.head_dim = p.head_dim;
+    in.scale = p.scale;
+    sparse::BlockMask m = h.shape;
+    m.bits = j.masks + h.mask_off;
+    h.kept = sparse::select_blocks(*j.method, in, j.scratch[thread], m);
+  }
+}
 
 // A quantized head read block by block: [k0, k0 + nk) is dequantized with SIMD straight from the
 // cache's codes into the tile's float block (it stays in L1), which the online softmax then shares
@@ -70,6 +114,7 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
     t.scale = p.scale;
     t.window = p.window;
     t.f16 = ko.dtype == DType::kF16;
+    if (it.mask >= 0) t.key_blocks = j.masks + it.mask;
     if (s >= 0 && s < ko.n_seq && j.layer >= 0 && j.layer < ko.n_layer) {
       t.kpos = j.kv->positions(j.layer, s, it.group);
       t.n_keys = j.kv->size(j.layer, s, it.group);
@@ -99,6 +144,75 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
 
 }  // namespace
 
+Status CpuBackend::set_prefill_sparse(const sparse::PrefillSparseOptions& o) {
+  sparse_opts_ = o;
+  sparse_ = o.method == sparse::Method::kNone ? nullptr : sparse::make_prefill_sparsity(o);
+  return ok_status();
+}
+
+// A prefill chunk (at least one block of consecutive tokens of one sequence) is attended sparsely
+// when its keys are exactly positions [0, last query] in slot order (no eviction, no window) and
+// there are at least min_blocks blocks of them; other chunks of 64 tokens or more are counted as
+// dense fallbacks. Shorter runs (decode, verification) are left alone.
+void CpuBackend::select_sparse_blocks(const float* q, const KvCache& kv, int layer, const int32_t* seq,
+                                      const int32_t* pos, int64_t n, const AttentionParams& p) {
+  const auto start = std::chrono::steady_clock::now();
+  const KvCacheOptions& ko = kv.options();
+  const int64_t min_keys = static_cast<int64_t>(sparse_opts_.min_blocks) * sparse::kSparseBlock;
+  int64_t key_floats = 0, mask_bytes = 0;
+  for (int64_t t = 0; t < n;) {
+    int64_t e = t + 1;
+    while (e < n && seq[e] == seq[t]) ++e;
+    const int32_t nt = static_cast<int32_t>(e - t);
+    const int s = seq[t];
+    if (nt >= sparse::kSparseBlock) {
+      bool ok = p.window == 0 && s >= 0 && s < ko.n_seq && layer >= 0 && layer < ko.n_layer &&
+                pos[e - 1] - pos[t] == nt - 1 && pos[t] >= 0;
+      for (int g = 0; ok && g < p.n_head_kv; ++g) {
+        const int32_t n_k = kv.size(layer, s, g);
+        const int32_t* kpos = kv.positions(layer, s, g);
+        ok = n_k >= min_keys && n_k == static_cast<int64_t>(pos[e - 1]) + 1 && kpos[0] == 0 && kpos[n_k - 1] == n_k - 1;
+      }
+      if (ok) {
+        for (int g = 0; g < p.n_head_kv; ++g) {
+          SparseHead h{};
+          h.t0 = static_cast<int32_t>(t);
+          h.nt = nt;
+          h.seq = s;
+          h.group = g;
+          h.n_k = pos[e - 1] + 1;
+          h.key_off = key_floats;
+          h.mask_off = mask_bytes;
+          h.shape = sparse::mask_shape(pos[t], nt);
+          key_floats += static_cast<int64_t>(h.n_k) * p.head_dim;
+          mask_bytes += h.shape.bytes();
+          sparse_heads_.push_back(h);
+        }
+      } else {
+        ++sparse_stats_.dense_calls;
+      }
+    }
+    t = e;
+  }
+  if (sparse_heads_.empty()) return;
+  if (sparse_keys_.size() < static_cast<size_t>(key_floats)) {
+    sparse_keys_.resize(static_cast<size_t>(key_floats));
+  }
+  if (sparse_masks_.size() < static_cast<size_t>(mask_bytes)) sparse_masks_.resize(static_cast<size_t>(mask_bytes));
+  if (sparse_scratch_.size() < static_cast<size_t>(pool_.size())) sparse_scratch_.resize(static_cast<size_t>(pool_.size()));
+  SparseSelectJob j{q, &kv, layer, &p, pos, sparse_.get(), sparse_heads_.data(), sparse_keys_.data(),
+                    sparse_masks_.data(), sparse_scratch_.data()};
+  pool_.dispatch(sparse_select_task, &j, static_cast<int64_t>(sparse_heads_.size()), 1);
+  int64_t calls = 0;
+  for (const SparseHead& h : sparse_heads_) {
+    calls += h.group == 0;
+    sparse_stats_.blocks_kept += h.kept;
+    sparse_stats_.blocks_causal += sparse::causal_blocks(h.shape);
+  }
+  sparse_stats_.sparse_calls += calls;
+  sparse_stats_.select_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 void CpuBackend::attention(const float* q, const KvCache& kv, int layer, const int32_t* seq,
                            const int32_t* pos, int64_t n, const AttentionParams& p, float* out) {
   if (n <= 0 || p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0) return;
@@ -112,8 +226,30 @@ void CpuBackend::attention(const float* q, const KvCache& kv, int layer, const i
   // rows share its key blocks, and which blocks it visits depends on all of its rows.
   const int tile_tokens = row_invariant_ ? 1 : std::max(1, kTileRows / n_rep);
 
+  sparse_heads_.clear();
+  if (sparse_ != nullptr && !row_invariant_) select_sparse_blocks(q, kv, layer, seq, pos, n, p);
+
   items_.clear();
+  size_t sh = 0;  // next chunk's heads in sparse_heads_ (in batch order, n_head_kv per chunk)
   for (int64_t t = 0; t < n;) {
+    if (sh < sparse_heads_.size() && sparse_heads_[sh].t0 == t) {
+      // A sparse chunk: tiles stay inside one query block, so one mask row serves the tile.
+      const SparseHead* heads = &sparse_heads_[sh];
+      const int64_t end = t + heads[0].nt;
+      while (t < end) {
+        const int32_t qb = pos[t] / sparse::kSparseBlock;
+        int64_t e = t + 1;
+        while (e < end && e - t < tile_tokens && pos[e] / sparse::kSparseBlock == qb) ++e;
+        for (int g = 0; g < p.n_head_kv; ++g) {
+          const SparseHead& h = heads[g];
+          items_.push_back({static_cast<int32_t>(t), static_cast<int32_t>(e - t), g,
+                            h.mask_off + static_cast<int64_t>(qb - h.shape.qb0) * h.shape.n_kb});
+        }
+        t = e;
+      }
+      sh += static_cast<size_t>(p.n_head_kv);
+      continue;
+    }
     int64_t e = t + 1;
     while (e < n && e - t < tile_tokens && seq[e] == seq[t]) ++e;
     for (int g = 0; g < p.n_head_kv; ++g) {
@@ -123,7 +259,8 @@ void CpuBackend::attention(const float* q, const KvCache& kv, int layer, const i
   }
 
   ensure_thread_scratch(attention_scratch_floats(tile_tokens * n_rep, p.head_dim) * sizeof(float));
-  AttentionJob j{q, out, &kv, layer, seq, pos, &p, items_.data(), scratch_.data(), row_invariant_};
+  AttentionJob j{q,  out, &kv, layer, seq, pos, &p, items_.data(), scratch_.data(), row_invariant_,
+                 sparse_masks_.data()};
   pool_.dispatch(attention_task, &j, static_cast<int64_t>(items_.size()), 1);
 }
 

@@ -35,6 +35,21 @@ struct AttentionItem {
   int32_t t0;
   int32_t nt;
   int32_t group;
+  int64_t mask = -1;  // sparse prefill: byte offset of the tile's key-block row in the masks; -1: dense
+};
+
+// Sparse prefill of one KV head of one prefill chunk: where its keys (read back as floats) and its
+// block mask live.
+struct SparseHead {
+  int32_t t0;       // first batch token of the chunk
+  int32_t nt;       // its tokens
+  int32_t seq;
+  int32_t group;
+  int32_t n_k;      // keys of the sequence (slot j at position j)
+  int64_t key_off;  // floats into the key buffer
+  int64_t mask_off; // bytes into the masks
+  sparse::BlockMask shape;
+  int64_t kept;     // blocks selected
 };
 
 class CpuBackend final : public Backend {
@@ -46,6 +61,8 @@ class CpuBackend final : public Backend {
   uint64_t contended_dispatches() const override { return pool_.contended_dispatches(); }
 
   void set_row_invariant(bool on) override { row_invariant_ = on; }
+  Status set_prefill_sparse(const sparse::PrefillSparseOptions& o) override;
+  sparse::PrefillSparseStats prefill_sparse_stats() const override { return sparse_stats_; }
   void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override;
   void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override;
   void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps,
@@ -80,6 +97,16 @@ class CpuBackend final : public Backend {
   AlignedBuffer act_;                   // activations converted to the weight's vec_dot_type
   bool row_invariant_ = false;          // set_row_invariant()
   std::vector<AttentionItem> items_;
+  // Sparse prefill: chooses the key blocks of prefill chunks (null: none, the dense path).
+  void select_sparse_blocks(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos,
+                            int64_t n, const AttentionParams& p);
+  std::unique_ptr<sparse::PrefillSparsity> sparse_;
+  sparse::PrefillSparseOptions sparse_opts_;
+  sparse::PrefillSparseStats sparse_stats_;
+  std::vector<SparseHead> sparse_heads_;
+  std::vector<sparse::Scratch> sparse_scratch_;  // [thread]
+  std::vector<float> sparse_keys_;  // the chunks' keys as floats, [n_k][head_dim] per SparseHead
+  std::vector<uint8_t> sparse_masks_;
 };
 
 }  // namespace cpu

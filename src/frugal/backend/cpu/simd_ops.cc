@@ -514,6 +514,7 @@ void AttentionTileImpl(const AttentionTile& a, float* scratch) {
   TileSetup(a, ts, rp, &max_hi, &min_lo);
 
   for (int32_t k0 = 0; k0 < a.n_keys; k0 += kKeyBlock) {
+    if (a.key_blocks != nullptr && a.key_blocks[k0 / kKeyBlock] == 0) continue;
     const int nk = std::min<int32_t>(kKeyBlock, a.n_keys - k0);
     const int32_t* kp = a.kpos + k0;
     bool any = false;

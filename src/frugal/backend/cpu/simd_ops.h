@@ -53,6 +53,9 @@ struct AttentionTile {
   // is converted once and shared by every row of the tile, as F16 blocks are.
   void (*load_block)(const void* ctx, int32_t k0, int32_t nk, float* k, float* v) = nullptr;
   const void* load_ctx = nullptr;
+  // Sparse prefill: when set, key block b (slots [64b, 64b + 64)) is computed only if
+  // key_blocks[b] is nonzero; one byte per block of the head's keys.
+  const uint8_t* key_blocks = nullptr;
 };
 
 // Slots [k0, k0 + nk) of a quantized KV head as floats, [nk][head_dim] into k and v: the same
