@@ -109,14 +109,19 @@ Quantized make_weight(DType type, int64_t rows, int64_t cols, std::mt19937& rng)
   return q;
 }
 
-// Sets an environment variable for a scope (the backend reads its switches when it starts).
+// Sets (value null: unsets) an environment variable for a scope (the backend reads its switches
+// when it starts).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) old_ = old;
-    setenv(name, value, 1);
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
   }
   ~ScopedEnv() {
     if (had_) {
@@ -613,6 +618,55 @@ TEST(CudaModel, TwoTypeProductSetMatchesOneLaunchPerWeight) {
   fs::remove(path);
 }
 
+// One step's logits (every row) from two backends.
+struct StepPair {
+  int len = 0;
+  std::vector<float> a, b;
+};
+
+// Steps of 40, 9 and 15 tokens of a 2-layer tiny-llama of `type` (weight_std > 0 replaces the
+// preset's) through two CUDA backends, made with environment variable `var` at `value_a` and at
+// `value_b` (null: unset); prompt tokens from `seed`.
+void forward_two_backends(const char* type, double weight_std, const char* var, const char* value_a,
+                          const char* value_b, uint32_t seed, std::vector<StepPair>* out) {
+  auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
+  ASSERT_TRUE(opts.ok());
+  opts->weight_type = type;
+  opts->n_layer = 2;
+  if (weight_std > 0) opts->weight_std = weight_std;
+  const fs::path path = fs::temp_directory_path() / (std::string("frugal_cuda_pair_") + type + ".gguf");
+  ASSERT_TRUE(synth::write_random_model(*opts, path.string()).ok());
+  auto model = Model::load(path.string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Model& m = **model;
+  const auto make_with = [var](const char* value) {
+    ScopedEnv env(var, value);
+    return make_cuda_backend();
+  };
+  auto be_a = make_with(value_a);
+  auto be_b = make_with(value_b);
+  ASSERT_TRUE(be_a.ok()) << be_a.status().to_string();
+  ASSERT_TRUE(be_b.ok()) << be_b.status().to_string();
+  const int64_t nv = m.config().n_vocab;
+  auto kv_a = KvCache::create(m.kv_options(1, 128));
+  auto kv_b = KvCache::create(m.kv_options(1, 128));
+  ASSERT_TRUE(kv_a.ok() && kv_b.ok());
+  const auto prompt = prompt_tokens(nv, 64, seed);
+  int32_t pos = 0;
+  for (int len : {40, 9, 15}) {
+    Batch b;
+    for (int i = 0; i < len; ++i, ++pos) b.add(prompt[static_cast<size_t>(pos)], pos, 0, true);
+    StepPair st;
+    st.len = len;
+    st.a.assign(static_cast<size_t>(b.n_logits() * nv), NAN);
+    st.b.assign(st.a.size(), NAN);
+    ASSERT_TRUE(m.forward(b, *kv_a, **be_a, st.a.data()).ok());
+    ASSERT_TRUE(m.forward(b, *kv_b, **be_b, st.b.data()).ok());
+    out->push_back(std::move(st));
+  }
+  fs::remove(path);
+}
+
 // Whole forward passes with 9..64-token steps (Q, K, V and gate, up as one tensor-core launch
 // each, O, down and the output head alone) against the same model with every such product on
 // cuBLAS (Q8_0, Q4_K: dequantized to F16 first, with the same rounding as the kernel's
@@ -620,44 +674,16 @@ TEST(CudaModel, TwoTypeProductSetMatchesOneLaunchPerWeight) {
 TEST(CudaModel, TensorCoreProductsMatchCublasInAForwardPass) {
   SKIP_WITHOUT_GPU();
   for (const char* type : {"F16", "BF16", "Q8_0", "Q4_K_M"}) {
-    auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
-    ASSERT_TRUE(opts.ok());
-    opts->weight_type = type;
-    opts->n_layer = 2;
-    opts->weight_std = 0.05;
-    const fs::path path = fs::temp_directory_path() / (std::string("frugal_cuda_mma_") + type + ".gguf");
-    ASSERT_TRUE(synth::write_random_model(*opts, path.string()).ok());
-    auto model = Model::load(path.string());
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
-    Model& m = **model;
-    setenv("FRUGAL_CUDA_MMA", "1", 1);
-    auto mma = make_cuda_backend();
-    setenv("FRUGAL_CUDA_MMA", "0", 1);
-    auto blas = make_cuda_backend();
-    unsetenv("FRUGAL_CUDA_MMA");
-    ASSERT_TRUE(mma.ok()) << mma.status().to_string();
-    ASSERT_TRUE(blas.ok()) << blas.status().to_string();
-    const int64_t nv = m.config().n_vocab;
-    auto kv_a = KvCache::create(m.kv_options(1, 128));
-    auto kv_b = KvCache::create(m.kv_options(1, 128));
-    ASSERT_TRUE(kv_a.ok() && kv_b.ok());
-    const auto prompt = prompt_tokens(nv, 64, 11);
-    int32_t pos = 0;
-    // Steps of 40, 9 and 15 tokens, every row's logits.
-    for (int len : {40, 9, 15}) {
-      Batch b;
-      for (int i = 0; i < len; ++i, ++pos) b.add(prompt[static_cast<size_t>(pos)], pos, 0, true);
-      std::vector<float> la(static_cast<size_t>(b.n_logits() * nv), NAN), lb(la.size(), NAN);
-      ASSERT_TRUE(m.forward(b, *kv_a, **mma, la.data()).ok());
-      ASSERT_TRUE(m.forward(b, *kv_b, **blas, lb.data()).ok());
-      const double err = rel_l2(la, std::vector<double>(lb.begin(), lb.end()));
-      std::printf("%s forward, %d tokens: rel_l2 tensor-core vs cuBLAS products %.2e\n", type, len, err);
+    std::vector<StepPair> steps;
+    ASSERT_NO_FATAL_FAILURE(forward_two_backends(type, 0.05, "FRUGAL_CUDA_MMA", "1", "0", 11, &steps));
+    for (const StepPair& st : steps) {
+      const double err = rel_l2(st.a, std::vector<double>(st.b.begin(), st.b.end()));
+      std::printf("%s forward, %d tokens: rel_l2 tensor-core vs cuBLAS products %.2e\n", type, st.len, err);
       // Summation orders differ by ~1e-7 (TensorCoreProductAtLayerShapes), but every product's
       // input is rounded to the 16-bit type first, and a value near a rounding boundary moves by
       // one unit (2^-11 relative for F16, 2^-8 for BF16) on either side: the products' own bounds.
-      EXPECT_LT(err, std::string(type) == "BF16" ? 8e-3 : 1.5e-3) << type << ", a step of " << len << " tokens";
+      EXPECT_LT(err, std::string(type) == "BF16" ? 8e-3 : 1.5e-3) << type << ", a step of " << st.len << " tokens";
     }
-    fs::remove(path);
   }
 }
 
@@ -666,35 +692,13 @@ TEST(CudaModel, TensorCoreProductsMatchCublasInAForwardPass) {
 TEST(CudaModel, ProducerWrittenHalfOperandsChangeNoBit) {
   SKIP_WITHOUT_GPU();
   for (const char* type : {"F16", "BF16"}) {
-    auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
-    ASSERT_TRUE(opts.ok());
-    opts->weight_type = type;
-    opts->n_layer = 2;
-    const fs::path path = fs::temp_directory_path() / (std::string("frugal_cuda_prehalf_") + type + ".gguf");
-    ASSERT_TRUE(synth::write_random_model(*opts, path.string()).ok());
-    auto model = Model::load(path.string());
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
-    Model& m = **model;
-    auto fused = make_cuda_backend();
-    setenv("FRUGAL_CUDA_PRODUCER_HALF", "0", 1);
-    auto separate = make_cuda_backend();
-    unsetenv("FRUGAL_CUDA_PRODUCER_HALF");
-    ASSERT_TRUE(fused.ok() && separate.ok());
-    const int64_t nv = m.config().n_vocab;
-    auto kv_a = KvCache::create(m.kv_options(1, 128));
-    auto kv_b = KvCache::create(m.kv_options(1, 128));
-    ASSERT_TRUE(kv_a.ok() && kv_b.ok());
-    const auto prompt = prompt_tokens(nv, 64, 17);
-    int32_t pos = 0;
-    for (int len : {40, 9, 15}) {
-      Batch b;
-      for (int i = 0; i < len; ++i, ++pos) b.add(prompt[static_cast<size_t>(pos)], pos, 0, true);
-      std::vector<float> la(static_cast<size_t>(b.n_logits() * nv), NAN), lb(la.size(), NAN);
-      ASSERT_TRUE(m.forward(b, *kv_a, **fused, la.data()).ok());
-      ASSERT_TRUE(m.forward(b, *kv_b, **separate, lb.data()).ok());
-      EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << type << ", " << len << " tokens";
+    std::vector<StepPair> steps;
+    ASSERT_NO_FATAL_FAILURE(
+        forward_two_backends(type, 0, "FRUGAL_CUDA_PRODUCER_HALF", nullptr, "0", 17, &steps));
+    for (const StepPair& st : steps) {
+      EXPECT_EQ(std::memcmp(st.a.data(), st.b.data(), st.a.size() * sizeof(float)), 0)
+          << type << ", " << st.len << " tokens";
     }
-    fs::remove(path);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -155,6 +156,46 @@ __device__ __forceinline__ float block_sum(float a, float* part) {
   return part[0];
 }
 bool pdl_enabled();  // compute capability 9.0 or later and FRUGAL_CUDA_PDL not 0 (ops.cu)
+
+// Whether the current GPU runs a build of `kernel` made for compute capability `min_version`
+// (x 10: 80 for 8.0) or later, machine code or PTX of such a virtual architecture; the kernels
+// that need newer instructions trap in the build's compute_75 PTX (ops.cu).
+bool kernel_built_for_device(const void* kernel, int min_version);
+// `answer()` computed once per device (the current one) and kept: for checks made before launches.
+// Each call site has its own cache (its lambda's type).
+template <typename F>
+bool once_per_device(F answer) {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static bool ok[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+  std::call_once(once[dev], [&] { ok[dev] = answer(); });
+  return ok[dev];
+}
+
+// Q4_K block header (the first 16 bytes: F16 d and dmin, 12 bytes of packed 6-bit scales and mins):
+// d, dmin, and sub-block j's scale and min (j < 8), as GGUF packs them. (gemv.cu's Dec<Q4_K> keeps
+// its own copy for now: taking these changed that tuned kernel's register allocation, untimed.)
+__device__ __forceinline__ float q4k_d(const uint4& hdr) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x & 0xFFFF)));
+}
+__device__ __forceinline__ float q4k_dmin(const uint4& hdr) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x >> 16)));
+}
+__device__ __forceinline__ void q4k_scale_min(const uint4& hdr, int j, uint32_t* sc, uint32_t* mn) {
+  const auto byte = [&hdr](int k) -> uint32_t {
+    const uint32_t word = k < 4 ? hdr.y : (k < 8 ? hdr.z : hdr.w);
+    return (word >> (8 * (k & 3))) & 0xFFu;
+  };
+  if (j < 4) {
+    *sc = byte(j) & 63;
+    *mn = byte(j + 4) & 63;
+  } else {
+    *sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+    *mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+  }
+}
 
 void after_launch(const char* kernel, dim3 grid, dim3 block, cudaStream_t s);
 // kernel<<<grid, block, smem, s>>>(args...) with the programmatic-serialization attribute when

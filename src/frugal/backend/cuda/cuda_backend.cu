@@ -135,6 +135,7 @@ class Gemm {
     q8_ = q8 == nullptr || std::strcmp(q8, "0") != 0;
     const char* mma = std::getenv("FRUGAL_CUDA_MMA");
     mma_mode_ = mma == nullptr ? -1 : (std::strcmp(mma, "0") == 0 ? 0 : (std::strcmp(mma, "1") == 0 ? 1 : -1));
+    mma_built_ = gemm_mma_built_for_device();
     const char* ph = std::getenv("FRUGAL_CUDA_PRODUCER_HALF");
     producer_half_ = ph == nullptr || std::strcmp(ph, "0") != 0;
     int dev = 0;
@@ -268,7 +269,7 @@ class Gemm {
   void set_fuse(bool on) { fuse_ = on; }
   // Every product the tensor-core kernel can take on it, or none (on only where the device runs it).
   void set_mma(bool on) { mma_mode_ = on ? 1 : 0; }
-  bool mma_on() const { return mma_mode_ != 0 && gemm_mma_built_for_device(); }
+  bool mma_on() const { return mma_mode_ != 0 && mma_built_; }
   void set_fuse_mixed(bool on) { fuse_mixed_ = on; }
   // FRUGAL_GEMV_Q8=0: quantized weights take the float-activation GEMV (for comparison).
   void set_q8(bool on) { q8_ = on; }
@@ -405,7 +406,7 @@ class Gemm {
   // BF16 and the dequantized types with FRUGAL_CUDA_MMA=1: in 16-, 32- and 64-sequence F16 decode
   // on an H100 it did not beat cuBLAS (docs/benchmarks.md, 2026-12-06). FRUGAL_CUDA_MMA=0: none.
   bool mma_part(const DevWeight& w, int n, MmaPart* p) const {
-    if (mma_mode_ == 0 || n <= kGemvMaxTokens || n > kMmaMaxTokens || !gemm_mma_built_for_device()) return false;
+    if (mma_mode_ == 0 || !mma_built_ || n <= kGemvMaxTokens || n > kMmaMaxTokens) return false;
     p->rows = w.rows;
     p->type = w.type;
     if (reads_quantized(w.type)) {
@@ -571,6 +572,7 @@ class Gemm {
   bool q8_ = true;
   // Tensor-core products for 9..64 tokens (mma_part): -1 Q8_0 only, 1 every type, 0 none.
   int mma_mode_ = -1;
+  bool mma_built_ = false;  // this GPU runs the kernel (asked once at init, not per product)
   int sm_count_ = 0;
   bool producer_half_ = true;  // prehalf
   const float* half_src_ = nullptr;  // input whose 2-byte copy act_ holds (half_input)

@@ -439,20 +439,8 @@ __global__ void attention_merge_kernel(const float* __restrict__ part_o, const f
 // Whether the current GPU runs a build of the kernel made for sm_80 or later (machine code, or PTX
 // of such a virtual architecture): the compute_75 PTX build only traps.
 bool fa_built_for_device() {
-  constexpr int kMaxDevices = 64;
-  static std::once_flag once[kMaxDevices];
-  static bool ok[kMaxDevices] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
-  std::call_once(once[dev], [dev] {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, flash_attention_kernel<128>) != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky: clear it so the next launch does not report it
-      return;
-    }
-    ok[dev] = attr.binaryVersion >= 80 && (attr.ptxVersion == 0 || attr.ptxVersion >= 80);
-  });
-  return ok[dev];
+  return once_per_device(
+      [] { return kernel_built_for_device(reinterpret_cast<const void*>(flash_attention_kernel<128>), 80); });
 }
 
 bool fa_supported(const KvDev& kv, const AttnDev& p) {

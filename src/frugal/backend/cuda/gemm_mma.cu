@@ -39,7 +39,6 @@
 // sm_90+ (clusters): other builds trap, and gemm_mma_built_for_device() asks the runtime which
 // build this GPU runs; the backend keeps cuBLAS where it is not.
 #include <algorithm>
-#include <mutex>
 #include <type_traits>
 
 #include <cooperative_groups.h>
@@ -99,6 +98,14 @@ template <int WF, int NT>
 __host__ __device__ constexpr size_t smem_bytes() {
   return smem_x_offset<WF, NT>() + sizeof(__half) * static_cast<size_t>(kStages) * NT * 8 * kLd;
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// 16 converted weights into a row of the F16 tile (two 16-byte stores).
+__device__ __forceinline__ void store_16_halves(__half* dst, const __half (&h)[16]) {
+  *reinterpret_cast<int4*>(dst) = *reinterpret_cast<const int4*>(h);
+  *reinterpret_cast<int4*>(dst + 8) = *reinterpret_cast<const int4*>(h + 8);
+}
+#endif
 
 template <bool BF16, int WF, int NT>
 __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
@@ -235,22 +242,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
         const int r = c / 4, piece = c % 4;
         const uint4 hdr = *reinterpret_cast<const uint4*>(skt + r * kLdK4);
         const uint4 raw = *reinterpret_cast<const uint4*>(skt + r * kLdK4 + 16 + 16 * (piece % 2));
-        const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x & 0xFFFF)));
-        const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x >> 16)));
-        const auto sc = [&hdr](int k) -> uint32_t {
-          const uint32_t word = k < 4 ? hdr.y : (k < 8 ? hdr.z : hdr.w);
-          return (word >> (8 * (k & 3))) & 0xFFu;
-        };
-        const int j = 2 * chunk + piece / 2;
         uint32_t sj, mj;
-        if (j < 4) {
-          sj = sc(j) & 63;
-          mj = sc(j + 4) & 63;
-        } else {
-          sj = (sc(j + 4) & 0xF) | ((sc(j - 4) >> 6) << 4);
-          mj = (sc(j + 4) >> 4) | ((sc(j) >> 6) << 4);
-        }
-        const float dj = d * static_cast<float>(sj), nj = dmin * static_cast<float>(mj);
+        q4k_scale_min(hdr, 2 * chunk + piece / 2, &sj, &mj);
+        const float dj = q4k_d(hdr) * static_cast<float>(sj), nj = q4k_dmin(hdr) * static_cast<float>(mj);
         const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
         __align__(16) __half h[16];
 #pragma unroll
@@ -259,8 +253,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
           const uint32_t q = piece >= 2 ? byte >> 4 : byte & 0xFu;
           h[e] = __float2half_rn(dj * static_cast<float>(q) - nj);
         }
-        *reinterpret_cast<int4*>(sconv + r * kLd + piece * 16) = *reinterpret_cast<const int4*>(h);
-        *reinterpret_cast<int4*>(sconv + r * kLd + piece * 16 + 8) = *reinterpret_cast<const int4*>(h + 8);
+        store_16_halves(sconv + r * kLd + piece * 16, h);
       }
       __syncthreads();
       swt = sconv;
@@ -280,8 +273,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(MmaArgs a) {
         __align__(16) __half h[16];
 #pragma unroll
         for (int e = 0; e < 16; ++e) h[e] = __float2half_rn(d * static_cast<float>(qb[e]));
-        *reinterpret_cast<int4*>(sconv + r * kLd + col) = *reinterpret_cast<const int4*>(h);
-        *reinterpret_cast<int4*>(sconv + r * kLd + col + 8) = *reinterpret_cast<const int4*>(h + 8);
+        store_16_halves(sconv + r * kLd + col, h);
       }
       __syncthreads();
       swt = sconv;
@@ -400,18 +392,10 @@ void launch_one(const MmaArgs& a, dim3 grid, cudaStream_t s) {
 }  // namespace
 
 bool gemm_mma_built_for_device() {
-  constexpr int kMaxDevices = 64;
-  static std::once_flag once[kMaxDevices];
-  static bool ok[kMaxDevices] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
-  std::call_once(once[dev], [dev] {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, gemm_mma_kernel<false, kF16Bits, 8>) != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky: clear it so the next launch does not report it
-      return;
+  return once_per_device([] {
+    if (!kernel_built_for_device(reinterpret_cast<const void*>(gemm_mma_kernel<false, kF16Bits, 8>), 90)) {
+      return false;
     }
-    if (attr.binaryVersion < 90 || (attr.ptxVersion != 0 && attr.ptxVersion < 90)) return;
     // More than 48 KB of shared memory is opt-in per kernel and device; here, not at the first
     // launch, which may be inside a graph capture.
     const cudaError_t e[] = {allow_smem<false, kF16Bits, 2>(), allow_smem<false, kF16Bits, 4>(),
@@ -423,12 +407,11 @@ bool gemm_mma_built_for_device() {
     for (cudaError_t x : e) {
       if (x != cudaSuccess) {
         (void)cudaGetLastError();
-        return;
+        return false;
       }
     }
-    ok[dev] = true;
+    return true;
   });
-  return ok[dev];
 }
 
 bool gemm_mma_fits(const MmaPart& p, int64_t cols) {

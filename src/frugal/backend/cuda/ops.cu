@@ -429,6 +429,15 @@ bool norm_in_registers() {
   return on;
 }
 
+bool kernel_built_for_device(const void* kernel, int min_version) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it so the next launch does not report it
+    return false;
+  }
+  return attr.binaryVersion >= min_version && (attr.ptxVersion == 0 || attr.ptxVersion >= min_version);
+}
+
 bool profiling() {
   static const bool on = env_int("FRUGAL_CUDA_PROFILE") != 0;
   return on;
