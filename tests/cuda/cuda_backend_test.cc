@@ -185,7 +185,8 @@ bool has_int8_gemv(DType t) {
 //   takes the CPU-quantized activations and the bound stays 1e-5 (float32 sums of exact integer
 //   partial sums). Against the unquantized product the error is the quantization's, ~0.6-0.8% per
 //   element (see LogitsMatchCpuPerType): checked below 3e-2 as well.
-// - cuBLAS (n > 8): activations rounded to F16 (BF16 for BF16 weights): 1.5e-3 (BF16 8e-3).
+// - tensor-core kernel or cuBLAS (n > 8, and Q4_K from cuda::tensor_core_min_tokens on):
+//   activations rounded to F16 (BF16 for BF16 weights): 1.5e-3 (BF16 8e-3).
 TEST(CudaKernels, MatmulMatchesReferencePerType) {
   SKIP_WITHOUT_GPU();
   ScopedEnv all_mma("FRUGAL_CUDA_MMA", "1");  // 9..64 tokens: the tensor-core product (off by default)
@@ -211,7 +212,9 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
       for (auto& v : x) v = nd(rng);
       if (!selected) continue;
       const std::vector<double> ref = reference_product(q, x, n);
-      const bool int8_path = n <= 8 && has_int8_gemv(type);
+      // Q4_K from kQ4KTensorCoreMinTokens tokens on: the tensor-core product (cuda_backend.h).
+      const bool gemv = cuda::gemv_runs_product(type, n);
+      const bool int8_path = gemv && has_int8_gemv(type);
       for (bool float_acts : {false, true}) {
         if (float_acts && !int8_path) continue;  // the same path as the default
         std::vector<float> y(ref.size());
@@ -220,10 +223,10 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
         Status st = cuda::matmul_on_device(q.w, x.data(), n, y.data(), float_acts);
         ASSERT_TRUE(st.ok()) << dtype_name(type) << " n=" << n << ": " << st.to_string();
         double bound = 1e-5;
-        if (type == DType::kF16 || (n > 8 && type != DType::kF32)) bound = 1.5e-3;
+        if (type == DType::kF16 || (!gemv && type != DType::kF32)) bound = 1.5e-3;
         if (type == DType::kBF16) bound = 8e-3;
         if (type == DType::kQ5_K) bound = std::max(bound, 1.5e-3);
-        const char* path = n > 8 ? (type == DType::kF32 ? "cuBLAS" : "mma") : (int8_path && !float_acts ? "int8 GEMV" : "GEMV");
+        const char* path = !gemv ? (type == DType::kF32 ? "cuBLAS" : "mma") : (int8_path && !float_acts ? "int8 GEMV" : "GEMV");
         if (int8_path && !float_acts) {
           const double err = rel_l2(y, reference_product(q, cpu_quantized_activations(type, x, n, cols), n));
           EXPECT_LT(err, bound) << dtype_name(type) << " n=" << n << ": against CPU-quantized activations";
@@ -346,6 +349,62 @@ TEST(CudaKernels, TensorCoreProductBench) {
                   c.name, static_cast<long long>(n), t->mma_us, t->weight_bytes / t->mma_us / 1e3, t->cublas_us,
                   t->weight_bytes / t->cublas_us / 1e3, t->cublas_us / t->mma_us,
                   t->mma_used ? "" : " (no tensor-core build for this GPU)");
+    }
+  }
+}
+
+// Decode GEMV per product at the 8B shapes (FRUGAL_GEMV_BENCH=1; FRUGAL_GEMV_BENCH_TYPES, default
+// "Q8_0,Q4_K,Q6_K,F16"): the GEMV alone, its input converted once outside the timed graph (in a
+// step the producer writes it), timed as a graph over copies that defeat the L2. The weight bytes
+// are random (the time does not depend on the values) and counted as in the file.
+TEST(CudaKernels, GemvBench) {
+  SKIP_WITHOUT_GPU();
+  if (std::getenv("FRUGAL_GEMV_BENCH") == nullptr) GTEST_SKIP() << "FRUGAL_GEMV_BENCH=1 runs it";
+  const char* env = std::getenv("FRUGAL_GEMV_BENCH_TYPES");
+  const std::string list = env != nullptr ? env : "Q8_0,Q4_K,Q6_K,F16";
+  std::mt19937_64 rng(test_seed());
+  struct Case {
+    const char* name;
+    std::vector<std::pair<int64_t, int64_t>> ws;
+  };
+  const Case cases[] = {{"qkv set", {{4096, 4096}, {1024, 4096}, {1024, 4096}}},
+                        {"o", {{4096, 4096}}},
+                        {"gate+up set", {{14336, 4096}, {14336, 4096}}},
+                        {"down", {{4096, 14336}}}};
+  for (size_t at = 0; at < list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const auto type = dtype_from_name(list.substr(at, end - at));
+    ASSERT_TRUE(type.has_value()) << "FRUGAL_GEMV_BENCH_TYPES: unknown type " << list.substr(at, end - at);
+    at = end + 1;
+    for (const Case& c : cases) {
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<WeightTensor> ws;
+      uint64_t file_bytes = 0;
+      for (auto [r, k] : c.ws) {
+        const int64_t rb = row_bytes(*type, k);
+        bytes.emplace_back(static_cast<size_t>(r * rb));
+        auto& b = bytes.back();
+        for (size_t i = 0; i + 8 <= b.size(); i += 8) {
+          const uint64_t v = rng() & 0x3BFF3BFF3BFF3BFFull;  // F16 fields finite, below 1
+          std::memcpy(b.data() + i, &v, 8);
+        }
+        WeightTensor w;
+        w.type = *type;
+        w.rows = r;
+        w.cols = k;
+        w.row_stride = static_cast<size_t>(rb);
+        w.data = b.data();
+        ws.push_back(w);
+        file_bytes += static_cast<uint64_t>(r * rb);
+      }
+      std::vector<const WeightTensor*> wp;
+      for (auto& w : ws) wp.push_back(&w);
+      for (int64_t n : {1, 2, 4, 8}) {
+        auto t = cuda::time_product_on_device(wp.data(), static_cast<int>(wp.size()), n, 100, false);
+        ASSERT_TRUE(t.ok()) << t.status().to_string();
+        std::printf("gemv %-5s %-12s n=%lld: %8.2f us %6.0f GB/s\n", std::string(dtype_name(*type)).c_str(), c.name,
+                    static_cast<long long>(n), t->gemv_us, static_cast<double>(file_bytes) / t->gemv_us / 1e3);
+      }
     }
   }
 }

@@ -33,6 +33,11 @@ namespace {
 
 constexpr int kGemvMaxTokens = 8;    // larger batches go through cuBLAS
 constexpr int kCpuFloatPathMinTokens = 8;  // backend/cpu/matmul.cc: kFloatPathMinTokens
+// Q4_K products from this many tokens on take the tensor-core kernel instead of the GEMV: its time
+// stays near constant from 2 to 8 tokens (H100, 8B gate + up: 102 us) while the GEMV's grows with
+// them. Measured end to end on an H100 (8B Q4_K_M, tok/s of 5..8 sequences, GEMV against the
+// kernel from that count on): 5: 645 / 575, 6: 670 / 666, 7: 686 / 744, 8: 705 / 825.
+constexpr int kQ4KTensorCoreMinTokens = 7;
 constexpr int kGraphMaxTokens = 64;  // steps up to this size are captured as graphs
 constexpr size_t kCublasWorkspace = 32u << 20;
 
@@ -120,6 +125,30 @@ Status check_fits(uint64_t need, const std::string& what) {
   return ok_status();
 }
 
+}  // namespace
+
+int tensor_core_min_tokens(DType weight) {
+  // FRUGAL_CUDA_MMA_MIN_TOKENS=1..9 sets it for Q8_0 and Q4_K alike (9: no product of 8 tokens or
+  // fewer leaves the GEMV); Q8_0's GEMV is the faster at every count up to 8.
+  static const int forced = [] {
+    const char* e = std::getenv("FRUGAL_CUDA_MMA_MIN_TOKENS");
+    const int v = e != nullptr ? std::atoi(e) : 0;
+    return v >= 1 && v <= kGemvMaxTokens + 1 ? v : 0;
+  }();
+  if (weight != DType::kQ8_0 && weight != DType::kQ4_K) return kGemvMaxTokens + 1;
+  if (forced != 0) return forced;
+  return weight == DType::kQ4_K ? kQ4KTensorCoreMinTokens : kGemvMaxTokens + 1;
+}
+
+bool gemv_runs_product(DType weight, int64_t n) {
+  if (n > kGemvMaxTokens) return false;
+  const char* mma = std::getenv("FRUGAL_CUDA_MMA");
+  const bool off = mma != nullptr && std::strcmp(mma, "0") == 0;
+  return n < tensor_core_min_tokens(weight) || off || !gemm_mma_built_for_device();
+}
+
+namespace {
+
 // Uploads weights and runs products; shared by the backend and the test hooks.
 class Gemm {
  public:
@@ -201,9 +230,17 @@ class Gemm {
     return ok_status();
   }
 
+  // Whether the product of `w` at n tokens runs as a GEMV: up to 8 tokens, except that Q4_K weights
+  // take the tensor-core kernel from tensor_core_min_tokens on.
+  bool gemv_takes(const DevWeight& w, int n) const {
+    if (n > kGemvMaxTokens) return false;
+    MmaPart p;
+    return n < tensor_core_min_tokens(w.type) || !mma_part(w, n, &p);
+  }
+
   // y [n][rows] (+)= x [n][cols] W^T (+ bias). Enqueued only; errors land in `err_`.
   void run(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool acc) {
-    if (n <= kGemvMaxTokens) {
+    if (gemv_takes(w, n)) {
       if (const QActView* qx = q8_input(w.type, x, n, w.cols)) {
         GemvSet set;
         set.n = 1;
@@ -225,7 +262,8 @@ class Gemm {
   // two-type one only.
   void run_set(const DevWeight* const* w, float* const* y, const float* const* bias, int count, const float* x,
                int n) {
-    bool same = fuse_ && n <= kGemvMaxTokens && count <= 3;
+    bool same = fuse_ && count <= 3;
+    for (int i = 0; i < count && same; ++i) same = gemv_takes(*w[i], n);
     bool one_type = true;
     for (int i = 1; i < count && same; ++i) {
       same = w[i]->cols == w[0]->cols;
@@ -303,7 +341,7 @@ class Gemm {
                               QActKind* kind) {
     QActKind k = QActKind::kNone;
     for (const DevWeight* w : ws) {
-      const QActKind wk = q8_ && n <= kGemvMaxTokens ? q8_activation_kind(w->type) : QActKind::kNone;
+      const QActKind wk = q8_ && gemv_takes(*w, n) ? q8_activation_kind(w->type) : QActKind::kNone;
       if (wk == QActKind::kNone || (k != QActKind::kNone && wk != k)) return nullptr;
       k = wk;
     }
@@ -406,7 +444,8 @@ class Gemm {
   // BF16 and the dequantized types with FRUGAL_CUDA_MMA=1: in 16-, 32- and 64-sequence F16 decode
   // on an H100 it did not beat cuBLAS (docs/benchmarks.md, 2026-12-06). FRUGAL_CUDA_MMA=0: none.
   bool mma_part(const DevWeight& w, int n, MmaPart* p) const {
-    if (mma_mode_ == 0 || !mma_built_ || n <= kGemvMaxTokens || n > kMmaMaxTokens) return false;
+    if (mma_mode_ == 0 || !mma_built_ || n > kMmaMaxTokens) return false;
+    if (n < tensor_core_min_tokens(w.type)) return false;
     p->rows = w.rows;
     p->type = w.type;
     if (reads_quantized(w.type)) {
@@ -1459,7 +1498,8 @@ Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float*
   return ok_status();
 }
 
-Result<ProductTiming> time_product_on_device(const WeightTensor* const* ws, int count, int64_t n, int reps) {
+Result<ProductTiming> time_product_on_device(const WeightTensor* const* ws, int count, int64_t n, int reps,
+                                             bool fresh_input) {
   if (count < 1 || count > 3 || n < 1 || reps < 1) {
     return fail(ErrorCode::kInvalidArgument, "time_product_on_device: ", count, " weights, ", n, " tokens, ", reps,
                 " repetitions");
@@ -1492,8 +1532,9 @@ Result<ProductTiming> time_product_on_device(const WeightTensor* const* ws, int 
   ProductTiming t;
   t.weight_bytes = bytes;
   o.gemm.set_mma(true);
-  t.mma_used = o.gemm.mma_on();
-  for (int mode = 0; mode < 2; ++mode) {
+  const bool gemv = n <= kGemvMaxTokens;
+  t.mma_used = !gemv && o.gemm.mma_on();
+  for (int mode = 0; mode < (gemv ? 1 : 2); ++mode) {
     o.gemm.set_mma(mode == 0);
     for (int c = 0; c < copies; ++c) o.gemm.run_set(dp[c].data(), dy, nob, count, dx, static_cast<int>(n));  // warm-up
     FRUGAL_CUDA(cudaStreamSynchronize(o.s));
@@ -1504,7 +1545,7 @@ Result<ProductTiming> time_product_on_device(const WeightTensor* const* ws, int 
     FRUGAL_CUDA(cudaStreamBeginCapture(o.s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < reps; ++i) {
       // A fresh input each time (as in a step), so the 2-byte copy is made per product as there.
-      o.gemm.new_input();
+      if (fresh_input) o.gemm.new_input();
       o.gemm.run_set(dp[static_cast<size_t>(i % copies)].data(), dy, nob, count, dx, static_cast<int>(n));
     }
     FRUGAL_CUDA(cudaStreamEndCapture(o.s, &graph));
@@ -1519,7 +1560,7 @@ Result<ProductTiming> time_product_on_device(const WeightTensor* const* ws, int 
     cudaGraphExecDestroy(exec);
     float ms = 0;
     FRUGAL_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    (mode == 0 ? t.mma_us : t.cublas_us) = 1000.0 * ms / reps;
+    (gemv ? t.gemv_us : (mode == 0 ? t.mma_us : t.cublas_us)) = 1000.0 * ms / reps;
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

@@ -58,15 +58,26 @@ Result<DeviceInfo> device_info(int device = 0);
 // `accumulate` the product is added to y's values (as the residual products do).
 Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations = false,
                         bool accumulate = false);
+// Products of Q4_K weights from this many tokens on (up to 8) run on the tensor-core kernel instead
+// of the decode GEMV (9 for other types: never below 9); FRUGAL_CUDA_MMA_MIN_TOKENS overrides it
+// for Q8_0 and Q4_K.
+int tensor_core_min_tokens(DType weight);
+// Whether a product of `weight` at n tokens runs as a decode GEMV on this device and settings.
+bool gemv_runs_product(DType weight, int64_t n);
 // Bench hook: microseconds per product of `count` (1..3) weights of one n-token input, as the
-// tensor-core kernel (gemm_mma.cu) and as cuBLAS per weight, measured in one process.
+// tensor-core kernel (gemm_mma.cu) and as cuBLAS per weight, measured in one process. For n <= 8
+// (the decode GEMVs) there is one path: gemv_us holds its time, and with `fresh_input` false the
+// input is converted (rounded or quantized to 8 bits) once, outside the timed graph, as in a step
+// where the producer kernel writes the product's input form itself.
 struct ProductTiming {
   double mma_us = 0;
   double cublas_us = 0;
+  double gemv_us = 0;
   uint64_t weight_bytes = 0;
   bool mma_used = false;  // false: this GPU runs no build of the kernel, both figures are cuBLAS
 };
-Result<ProductTiming> time_product_on_device(const WeightTensor* const* ws, int count, int64_t n, int reps);
+Result<ProductTiming> time_product_on_device(const WeightTensor* const* ws, int count, int64_t n, int reps,
+                                             bool fresh_input = true);
 // Test hook: the device's greedy token of each of `rows` logits rows (what forward_model writes
 // with `greedy`), out [rows].
 Status greedy_tokens_on_device(const float* logits, int rows, int64_t n_vocab, int32_t* out);
