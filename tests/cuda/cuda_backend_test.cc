@@ -212,7 +212,7 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
       for (auto& v : x) v = nd(rng);
       if (!selected) continue;
       const std::vector<double> ref = reference_product(q, x, n);
-      // Q4_K from kQ4KTensorCoreMinTokens tokens on: the tensor-core product (cuda_backend.h).
+      // Q4_K from cuda::tensor_core_min_tokens on: the tensor-core product (cuda_backend.h).
       const bool gemv = cuda::gemv_runs_product(type, n);
       const bool int8_path = gemv && has_int8_gemv(type);
       for (bool float_acts : {false, true}) {
@@ -354,9 +354,11 @@ TEST(CudaKernels, TensorCoreProductBench) {
 }
 
 // Decode GEMV per product at the 8B shapes (FRUGAL_GEMV_BENCH=1; FRUGAL_GEMV_BENCH_TYPES, default
-// "Q8_0,Q4_K,Q6_K,F16"): the GEMV alone, its input converted once outside the timed graph (in a
-// step the producer writes it), timed as a graph over copies that defeat the L2. The weight bytes
-// are random (the time does not depend on the values) and counted as in the file.
+// "Q8_0,Q4_K,Q6_K,F16"; Q4_K at 7 and 8 tokens times the tensor-core kernel a step then runs,
+// FRUGAL_CUDA_MMA_MIN_TOKENS=9 keeps the GEMV): the product alone, its input converted once
+// outside the timed graph (in a step the producer writes it), timed as a graph over copies that
+// defeat the L2. The weight bytes are random (the time does not depend on the values) and counted
+// as in the file.
 TEST(CudaKernels, GemvBench) {
   SKIP_WITHOUT_GPU();
   if (std::getenv("FRUGAL_GEMV_BENCH") == nullptr) GTEST_SKIP() << "FRUGAL_GEMV_BENCH=1 runs it";

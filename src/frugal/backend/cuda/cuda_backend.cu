@@ -31,7 +31,7 @@ namespace frugal {
 namespace cuda {
 namespace {
 
-constexpr int kGemvMaxTokens = 8;    // larger batches go through cuBLAS
+constexpr int kGemvMaxTokens = 8;    // larger batches: the tensor-core kernel or cuBLAS
 constexpr int kCpuFloatPathMinTokens = 8;  // backend/cpu/matmul.cc: kFloatPathMinTokens
 // Q4_K products from this many tokens on take the tensor-core kernel instead of the GEMV: its time
 // stays near constant from 2 to 8 tokens (H100, 8B gate + up: 102 us) while the GEMV's grows with
@@ -609,7 +609,8 @@ class Gemm {
   bool fuse_ = true;
   bool fuse_mixed_ = true;
   bool q8_ = true;
-  // Tensor-core products for 9..64 tokens (mma_part): -1 Q8_0 only, 1 every type, 0 none.
+  // Tensor-core products (mma_part; 9..64 tokens, Q4_K from tensor_core_min_tokens): -1 the types
+  // it reads as they are (Q8_0, Q4_K), 1 every type, 0 none.
   int mma_mode_ = -1;
   bool mma_built_ = false;  // this GPU runs the kernel (asked once at init, not per product)
   int sm_count_ = 0;

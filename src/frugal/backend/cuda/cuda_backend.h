@@ -66,7 +66,8 @@ int tensor_core_min_tokens(DType weight);
 bool gemv_runs_product(DType weight, int64_t n);
 // Bench hook: microseconds per product of `count` (1..3) weights of one n-token input, as the
 // tensor-core kernel (gemm_mma.cu) and as cuBLAS per weight, measured in one process. For n <= 8
-// (the decode GEMVs) there is one path: gemv_us holds its time, and with `fresh_input` false the
+// there is one path, the one a step takes (the decode GEMV, or the tensor-core kernel where
+// gemv_runs_product says so): gemv_us holds its time, and with `fresh_input` false the
 // input is converted (rounded or quantized to 8 bits) once, outside the timed graph, as in a step
 // where the producer kernel writes the product's input form itself.
 struct ProductTiming {
