@@ -486,15 +486,20 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_q8_mixed_kernel(GemvSet s
   }
 }
 
-// Rows per warp (FRUGAL_GEMV_Q8_ROWS=1|2|4, default 1): one row per warp measured fastest on the
-// H200 (8B Q8_0 tg128: 329, 302, 293 tok/s for 1, 2, 4), the activation bytes being few already.
-int q8_rows_per_warp() {
-  static const int r = [] {
+// Rows per warp (FRUGAL_GEMV_Q8_ROWS=1|2|4 for every type; default 2 for Q4_K, 1 for the others).
+// A warp's rows share each activation load. Q8_0 reads few activation bytes per weight byte, and
+// one row per warp measured fastest (H200, 8B Q8_0 tg128: 329, 302, 293 tok/s for 1, 2, 4). Q4_K
+// reads 84 activation bytes per 32 code bytes per token, and two rows measured faster (H100, 8B
+// Q4_K_M: tg128 371.9 against 362.7 tok/s, two sequences 639.8 against 510.4; its down product
+// at 2 tokens 14.5 against 29.7 us).
+int q8_rows_per_warp(DType t) {
+  static const int forced = [] {
     const char* e = std::getenv("FRUGAL_GEMV_Q8_ROWS");
-    const int v = e != nullptr ? std::atoi(e) : 1;
-    return v == 2 || v == 4 ? v : 1;
+    const int v = e != nullptr ? std::atoi(e) : 0;
+    return v == 1 || v == 2 || v == 4 ? v : 0;
   }();
-  return r;
+  if (forced != 0) return forced;
+  return t == DType::kQ4_K ? 2 : 1;
 }
 
 template <DType T, int R, int KS>
@@ -517,7 +522,7 @@ void launch_rows(const GemvSet& set, const QActView& x, int n, bool acc, cudaStr
 
 template <DType T>
 void launch_t(const GemvSet& set, const QActView& x, int n, bool acc, cudaStream_t s) {
-  switch (q8_rows_per_warp()) {
+  switch (q8_rows_per_warp(T)) {
     case 2: launch_rows<T, 2, 1>(set, x, n, acc, s); break;
     case 4: launch_rows<T, 4, 1>(set, x, n, acc, s); break;
     default: {
