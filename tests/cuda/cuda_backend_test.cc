@@ -23,6 +23,7 @@
 #include "frugal/quant/blocks.h"
 #include "frugal/quant/reference.h"
 #include "frugal/quant/type_traits.h"
+#include "frugal/quantize/model_quantizer.h"
 #include "frugal/synth/random_model.h"
 #include "reference/reference_forward.h"
 
@@ -106,6 +107,11 @@ Quantized make_weight(DType type, int64_t rows, int64_t cols, std::mt19937& rng)
   q.w.cols = cols;
   q.w.row_stride = static_cast<size_t>(rb);
   q.w.data = q.bytes.data();
+  if (type == DType::kNVFP4) {
+    // A global scale other than 1, as model files carry (the products are multiplied by it).
+    q.w.scale = 0.75f;
+    for (auto& v : q.deq) v *= q.w.scale;
+  }
   return q;
 }
 
@@ -136,8 +142,9 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                        DType::kQ4_K, DType::kQ6_K, DType::kQ5_K /* converted to F16 at upload */};
+const DType kTypes[] = {DType::kF32,   DType::kF16,   DType::kBF16,  DType::kQ8_0,  DType::kQ4_0,
+                        DType::kQ4_K,  DType::kQ6_K,  DType::kMXFP4, DType::kNVFP4, DType::kHBQ_A,
+                        DType::kHBQ_E, DType::kQ5_K /* converted to F16 at upload */};
 
 // Seed of the random weights and inputs: fresh each run (printed), FRUGAL_TEST_SEED to repeat one.
 uint32_t test_seed() {
@@ -173,20 +180,27 @@ std::vector<double> reference_product(const Quantized& q, const std::vector<floa
 }
 
 bool has_int8_gemv(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ6_K || t == DType::kMXFP4 ||
+         t == DType::kNVFP4 || t == DType::kHBQ_A || t == DType::kHBQ_E;
+}
+// The weight types the tensor-core product reads (gemm_mma.cu); the others take cuBLAS above 8 tokens.
+bool has_tensor_core_product(DType t) {
+  return t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_K;
 }
 
 // Products against float64 dots with the reference dequantization. Three paths:
 // - GEMV, float activations (n <= 8; every type; FRUGAL_GEMV_Q8=0 makes it the default for
 //   quantized weights): float32 math on exact weights, activations rounded to the weight's type for
 //   F16 and BF16 (as the CPU does): 1e-5 (F16 1.5e-3, BF16 8e-3).
-// - GEMV, 8-bit activations (n <= 8, Q8_0/Q4_0/Q4_K/Q6_K, the default): the activations are
+// - GEMV, 8-bit activations (n <= 8, Q8_0/Q4_0/Q4_K/Q6_K and the FP4/HBQ types, the default): the activations are
 //   quantized on the GPU and must be the CPU quantizer's codes and scales exactly, so the reference
 //   takes the CPU-quantized activations and the bound stays 1e-5 (float32 sums of exact integer
 //   partial sums). Against the unquantized product the error is the quantization's, ~0.6-0.8% per
 //   element (see LogitsMatchCpuPerType): checked below 3e-2 as well.
 // - tensor-core kernel or cuBLAS (n > 8, and Q4_K from cuda::tensor_core_min_tokens on):
-//   activations rounded to F16 (BF16 for BF16 weights): 1.5e-3 (BF16 8e-3).
+//   activations rounded to F16 (BF16 for BF16 weights): 1.5e-3 (BF16 8e-3). The FP4 and HBQ types
+//   are dequantized to F16 for cuBLAS (their values are a 4-bit significand times a scale: a
+//   rounding of at most 2^-11 each, within the same bound).
 TEST(CudaKernels, MatmulMatchesReferencePerType) {
   SKIP_WITHOUT_GPU();
   ScopedEnv all_mma("FRUGAL_CUDA_MMA", "1");  // 9..64 tokens: the tensor-core product (off by default)
@@ -226,7 +240,8 @@ TEST(CudaKernels, MatmulMatchesReferencePerType) {
         if (type == DType::kF16 || (!gemv && type != DType::kF32)) bound = 1.5e-3;
         if (type == DType::kBF16) bound = 8e-3;
         if (type == DType::kQ5_K) bound = std::max(bound, 1.5e-3);
-        const char* path = !gemv ? (type == DType::kF32 ? "cuBLAS" : "mma") : (int8_path && !float_acts ? "int8 GEMV" : "GEMV");
+        const char* path = !gemv ? (has_tensor_core_product(type) ? "mma" : "cuBLAS")
+                                 : (int8_path && !float_acts ? "int8 GEMV" : "GEMV");
         if (int8_path && !float_acts) {
           const double err = rel_l2(y, reference_product(q, cpu_quantized_activations(type, x, n, cols), n));
           EXPECT_LT(err, bound) << dtype_name(type) << " n=" << n << ": against CPU-quantized activations";
@@ -626,6 +641,40 @@ TEST(CudaModel, LogitsMatchCpuPerType) {
     EXPECT_LT(e.cpu_vs_ref, c.cpu_vs_ref) << c.type << ": CPU against float64";
     fs::remove(path);
   }
+}
+
+// The FP4 and HBQ types from `frugal quantize` (every matrix in the type: pure), which is how such
+// files are made: a float model quantized, NVFP4 with its per-tensor global scale. Both backends
+// quantize activations to Q8_0 for these types below 8 tokens (CPU: 16), so the bounds are
+// LogitsMatchCpuPerType's for quantized types.
+TEST(CudaModel, LogitsMatchCpuFp4) {
+  SKIP_WITHOUT_GPU();
+  auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
+  ASSERT_TRUE(opts.ok());
+  opts->weight_type = "F32";
+  opts->n_layer = 2;
+  opts->weight_std = 0.05;
+  const fs::path f32 = fs::temp_directory_path() / "frugal_cuda_fp4_src.gguf";
+  ASSERT_TRUE(synth::write_random_model(*opts, f32.string()).ok());
+  for (const char* type : {"MXFP4", "NVFP4", "HBQ_A", "HBQ_E"}) {
+    if (!type_selected(type)) continue;
+    quantize::QuantizeOptions q;
+    q.input = f32.string();
+    q.output = (fs::temp_directory_path() / (std::string("frugal_cuda_") + type + ".gguf")).string();
+    const auto target = quantize::find_target(type);
+    ASSERT_TRUE(target.has_value()) << type;
+    q.target = *target;
+    q.mix.pure = true;
+    q.n_threads = 2;
+    auto r = quantize::quantize_model(q);
+    ASSERT_TRUE(r.ok()) << type << ": " << r.status().to_string();
+    EXPECT_EQ(r->n_fallback, 0) << type;
+    const LogitErrors e = compare_logits(q.output, 6e-2, type);
+    EXPECT_LT(e.gpu_vs_ref, 3e-2) << type << ": GPU against float64";
+    EXPECT_LT(e.cpu_vs_ref, 3e-2) << type << ": CPU against float64";
+    fs::remove(q.output);
+  }
+  fs::remove(f32);
 }
 
 // Q4_K_M keeps Q and K in Q4_K and gives V six bits (Q6_K) in the layers llama.cpp's mix chooses

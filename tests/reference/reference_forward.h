@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,9 @@ class ReferenceModel {
 
   // Row `row` of a tensor (dims[0] elements), dequantized with to_float_ref.
   static Result<std::vector<double>> dequantize_row(const GgufTensorInfo& t, int64_t row);
+  // The same times the tensor's per-tensor scale, when the file has one: the F32 scalar
+  // "<base>.scale" beside "<base>.weight" (NVFP4's global scale; docs/quantization.md).
+  Result<std::vector<double>> weight_row(const GgufTensorInfo& t, int64_t row) const;
 
  private:
   struct Layer {
@@ -138,6 +142,24 @@ inline Result<std::vector<double>> ReferenceModel::dequantize_row(const GgufTens
   return std::vector<double>(f.begin(), f.end());
 }
 
+inline Result<std::vector<double>> ReferenceModel::weight_row(const GgufTensorInfo& t, int64_t row) const {
+  FRUGAL_ASSIGN_OR_RETURN(std::vector<double> r, dequantize_row(t, row));
+  const std::string suffix = ".weight";
+  if (t.name.size() <= suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return r;
+  }
+  const std::string scale_name = t.name.substr(0, t.name.size() - suffix.size()) + ".scale";
+  const GgufTensorInfo* s = file_->find_tensor(scale_name);
+  if (s == nullptr) return r;
+  if (s->type != DType::kF32 || s->n_elements() != 1) {
+    return error(ErrorCode::kCorrupt, "tensor '{}': a per-tensor scale must be one F32", scale_name);
+  }
+  float g;
+  std::memcpy(&g, s->data, sizeof g);
+  for (double& v : r) v *= static_cast<double>(g);
+  return r;
+}
+
 inline Result<std::unique_ptr<ReferenceModel>> ReferenceModel::load(const std::string& path) {
   std::unique_ptr<ReferenceModel> m(new ReferenceModel());
   FRUGAL_ASSIGN_OR_RETURN(m->file_, GgufFile::open(path));
@@ -199,7 +221,7 @@ inline Result<RefMatrix> ReferenceModel::matrix(const std::string& name, int64_t
   m.cols = cols;
   m.w.reserve(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
-    FRUGAL_ASSIGN_OR_RETURN(std::vector<double> row, dequantize_row(*t, r));
+    FRUGAL_ASSIGN_OR_RETURN(std::vector<double> row, weight_row(*t, r));
     m.w.insert(m.w.end(), row.begin(), row.end());
   }
   return m;
@@ -308,7 +330,7 @@ inline Result<std::vector<std::vector<double>>> ReferenceModel::forward(const st
       return error(ErrorCode::kInvalidArgument, "token {} at position {} is outside the vocabulary of {}",
                    tokens[t], t, c.n_vocab);
     }
-    FRUGAL_ASSIGN_OR_RETURN(x[t], dequantize_row(*token_embd_, tokens[t]));
+    FRUGAL_ASSIGN_OR_RETURN(x[t], weight_row(*token_embd_, tokens[t]));
   }
   std::vector<std::vector<double>> q(T), k(T), v(T), attn(T);
   for (const Layer& l : layers_) {
@@ -347,7 +369,7 @@ inline Result<std::vector<std::vector<double>>> ReferenceModel::forward(const st
   for (size_t t = 0; t < T; ++t) hidden[t] = detail::rmsnorm(x[t], output_norm_, c.rms_eps);
   std::vector<std::vector<double>> logits(T, std::vector<double>(static_cast<size_t>(c.n_vocab)));
   for (int64_t r = 0; r < c.n_vocab; ++r) {
-    FRUGAL_ASSIGN_OR_RETURN(std::vector<double> w, dequantize_row(*lm_head_, r));
+    FRUGAL_ASSIGN_OR_RETURN(std::vector<double> w, weight_row(*lm_head_, r));
     for (size_t t = 0; t < T; ++t) {
       double s = 0;
       for (int64_t e = 0; e < c.n_embd; ++e) s += w[static_cast<size_t>(e)] * hidden[t][static_cast<size_t>(e)];

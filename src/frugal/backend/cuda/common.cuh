@@ -225,13 +225,29 @@ unsigned blocks_1d(int64_t total, int per, const char* kernel);
 
 // A weight matrix in device memory. `type` is the device layout: Q8_0 and Q4_0 are split at upload
 // into codes (`data`, [rows][cols] int8 or [rows][cols/2] nibble bytes, blocks in file order) and
-// F16 scales (`scales`, [rows][cols/32]); the other types keep their GGUF blocks.
+// F16 scales (`scales`, [rows][cols/32]); MXFP4, NVFP4, HBQ_A and HBQ_E likewise into their code
+// bytes (`data`: 16, 32, 64 and 64 per block) and each block's other bytes (`block_scales`: E8M0
+// scale 1, four UE4M3 scales 4, HBQ headers padded to 8 and 4: hbq.cuh); the other types keep
+// their GGUF blocks.
 // Q6_K blocks on the device: GGUF's 210 bytes (ql[128], qh[64], scales[16], F16 d) padded to 224
 // at upload, so that every field starts 16-byte aligned and the kernels read codes with 8-byte
 // loads instead of 2-byte ones (210 is only 2-byte aligned). The pad shares the 32-byte sector of
 // the scale and d, which is read anyway, so it costs memory (6.7%) but no bandwidth.
 constexpr int kQ6KBlockBytes = 210;
 constexpr int kQ6KDeviceBlockBytes = 224;
+
+// The blocks that upload_weight splits into codes and headers (header first in the file).
+// block_elems 0: not such a type.
+struct SplitLayout {
+  int block_elems = 0, block_bytes = 0, header_bytes = 0, header_device_bytes = 0;
+};
+__host__ __device__ constexpr SplitLayout split_layout(DType t) {
+  return t == DType::kMXFP4   ? SplitLayout{32, 17, 1, 1}    // E8M0 scale, 16 code bytes
+         : t == DType::kNVFP4 ? SplitLayout{64, 36, 4, 4}    // four UE4M3 scales, 32 code bytes
+         : t == DType::kHBQ_A ? SplitLayout{128, 70, 6, 8}   // scale, set, 4 code bytes; 64 code bytes
+         : t == DType::kHBQ_E ? SplitLayout{128, 67, 3, 4}   // scale, set, 1 code byte; 64 code bytes
+                              : SplitLayout{};
+}
 
 struct DevWeight {
   DType type = DType::kF32;
@@ -240,6 +256,8 @@ struct DevWeight {
   int64_t row_stride = 0;  // bytes between rows of `data`
   const uint8_t* data = nullptr;
   const __half* scales = nullptr;
+  const uint8_t* block_scales = nullptr;  // [rows][blocks per row][header bytes] (FP4 and HBQ types)
+  float scale = 1.f;  // per tensor, applied by the NVFP4 decoders (its F32 global scale)
 };
 
 // A device allocation list freed together.

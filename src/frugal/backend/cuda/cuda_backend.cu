@@ -75,9 +75,14 @@ Status convert_on_host(const WeightTensor& w, const std::string& name, std::vect
 }
 
 bool needs_host_conversion(const WeightTensor& w) {
-  // MXFP4 and NVFP4 have no device decoder yet (gemv.cu): they are converted here, and a
-  // per-tensor scale (NVFP4's) is folded in by the conversion.
-  if (!device_type_supported(w.type) || w.scale != 1.f) return true;
+  // Types without a device decoder are converted here; so is a per-tensor scale on any type but
+  // NVFP4 (whose decoders apply its global scale), folded in by the conversion.
+  if (!device_type_supported(w.type) || (w.scale != 1.f && w.type != DType::kNVFP4)) return true;
+  if (const SplitLayout lay = split_layout(w.type); lay.block_elems != 0) {
+    // Split at upload, which reads whole rows of contiguous blocks.
+    return w.cols % lay.block_elems != 0 ||
+           static_cast<int64_t>(w.row_stride) != w.cols / lay.block_elems * lay.block_bytes;
+  }
   switch (w.type) {
     case DType::kF32: return w.cols % 4 != 0;
     case DType::kF16: case DType::kBF16: return w.cols % 8 != 0 || w.row_stride % 16 != 0;
@@ -101,6 +106,10 @@ uint64_t device_bytes(const WeightTensor& w, uint64_t* dequant_halves) {
   }
   if (w.type == DType::kQ6_K) {  // padded blocks (common.cuh)
     return static_cast<uint64_t>(w.rows) * (w.cols / 256) * kQ6KDeviceBlockBytes;
+  }
+  if (const SplitLayout lay = split_layout(w.type); lay.block_elems != 0) {  // headers padded
+    return static_cast<uint64_t>(w.rows) * (w.cols / lay.block_elems) *
+           (lay.block_bytes - lay.header_bytes + lay.header_device_bytes);
   }
   return static_cast<uint64_t>(w.rows) * w.row_stride;
 }
@@ -197,6 +206,8 @@ class Gemm {
     Status st = upload_weight(type, w.rows, w.cols, stride, src, out, &mem, &bytes, stream_,
                               src == w.data ? consumed : HostConsumed{});
     if (!st.ok()) return st.with_context("tensor '" + name + "'");
+    // A converted copy has its per-tensor scale folded in; NVFP4's decoders apply it.
+    if (src == w.data) out->scale = w.scale;
     arena.adopt(mem, bytes);
     if (type != DType::kF32 && type != DType::kF16 && type != DType::kBF16) {
       dq_need_ = std::max<size_t>(dq_need_, static_cast<size_t>(w.rows * w.cols));

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "frugal/backend/cuda/common.cuh"
+#include "frugal/backend/cuda/fp4.cuh"
 #include "frugal/backend/cuda/gemv_common.cuh"
+#include "frugal/backend/cuda/hbq.cuh"
 #include "frugal/core/half.h"
 #include "frugal/quant/blocks.h"
 
@@ -201,6 +203,110 @@ struct Dec<DType::kQ6_K> {
   }
 };
 
+// The FP4 and HBQ types, split at upload (common.cuh, DevWeight): code bytes in `data`, each
+// block's scales or header in `block_scales`. Their elements are E2M1 codes, decoded as doubled
+// integers (fp4.cuh) times half the block's scale, as on the CPU.
+
+// MXFP4: unit = one block of 32 (16 code bytes; byte j holds elements j and j + 16).
+template <>
+struct Dec<DType::kMXFP4> {
+  static constexpr int kRuns = 2, kLen = 16;
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    const float d = e8m0_half_to_float(__ldg(w.block_scales + row * (w.cols / 32) + u));
+    const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int2 q = e2m1x8_doubled(r[i]);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        v[4 * i + b] = d * sbyte_to_float(static_cast<uint32_t>(q.x), b);
+        v[16 + 4 * i + b] = d * sbyte_to_float(static_cast<uint32_t>(q.y), b);
+      }
+    }
+    off[0] = static_cast<int>(u * 32);
+    off[1] = off[0] + 16;
+  }
+};
+
+// NVFP4: unit = half a block (16 code bytes: two sub-blocks of 16 with a UE4M3 scale each; in a
+// sub-block byte j holds elements j and j + 8), 32 consecutive elements. The tensor's global
+// scale is folded into the two scales.
+template <>
+struct Dec<DType::kNVFP4> {
+  static constexpr int kRuns = 1, kLen = 32;
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    const uint32_t hdr = __ldg(reinterpret_cast<const uint32_t*>(w.block_scales) + row * (w.cols / 64) + (u >> 1));
+    const int sh = 16 * static_cast<int>(u & 1);
+    const float half_scale = 0.5f * w.scale;
+    const float d0 = ue4m3_to_float((hdr >> sh) & 0xFFu) * half_scale;
+    const float d1 = ue4m3_to_float((hdr >> (sh + 8)) & 0xFFu) * half_scale;
+    const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int2 q = e2m1x8_doubled(r[i]);
+      const float d = i < 2 ? d0 : d1;
+      const int base = 16 * (i / 2) + 4 * (i % 2);  // word i: bytes 4(i % 2).. of sub-block i / 2
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        v[base + b] = d * sbyte_to_float(static_cast<uint32_t>(q.x), b);
+        v[base + 8 + b] = d * sbyte_to_float(static_cast<uint32_t>(q.y), b);
+      }
+    }
+    off[0] = static_cast<int>(u * 32);
+  }
+};
+
+// HBQ: unit = one 32-element group of a 128-element block (16 code bytes laid out as MXFP4's),
+// value = UE5M3 scale / 16 * multiplier in eighths * doubled E2M1 (quant/hbq.cc's expression:
+// the first product is exact). HBQ-A has a multiplier per 8 elements: in a group, bytes 0-7 hold
+// micro-blocks 0 (low nibbles) and 2 (high), bytes 8-15 micro-blocks 1 and 3; HBQ-E one per group.
+template <bool kPerEight>
+struct DecHbq {
+  static constexpr int kRuns = 2, kLen = 16;
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  __device__ static void decode(const DevWeight& w, int64_t row, int64_t u, float* v, int* off) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    const int64_t blk = row * (w.cols / 128) + (u >> 2);
+    const int g = static_cast<int>(u & 3);
+    uint32_t h0, codes;  // h0: scale, set, ...; codes: the group's 2-bit codes
+    if constexpr (kPerEight) {
+      const uint2 hdr = __ldg(reinterpret_cast<const uint2*>(w.block_scales) + blk);
+      h0 = hdr.x;
+      codes = (__byte_perm(hdr.x, hdr.y, 0x5432u) >> (8 * g)) & 0xFFu;  // c[g]: header byte 2 + g
+    } else {
+      h0 = __ldg(reinterpret_cast<const uint32_t*>(w.block_scales) + blk);
+      codes = ((h0 >> 16) >> (2 * g)) & 3u;
+      codes *= 0x55u;  // the group's one code in all four micro-block slots
+    }
+    const float sv = ue5m3_to_float(h0 & 0xFFu) * 0.0625f;
+    const uint32_t alphas = hbq_alpha_set((h0 >> 8) & 0xFFu);
+    float f[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) f[k] = sv * static_cast<float>(hbq_alpha(alphas, codes >> (2 * k)));
+    const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int2 q = e2m1x8_doubled(r[i]);
+      const float lo = f[i / 2], hi = f[2 + i / 2];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        v[4 * i + b] = lo * sbyte_to_float(static_cast<uint32_t>(q.x), b);
+        v[16 + 4 * i + b] = hi * sbyte_to_float(static_cast<uint32_t>(q.y), b);
+      }
+    }
+    off[0] = static_cast<int>(u * 32);
+    off[1] = off[0] + 16;
+  }
+};
+template <>
+struct Dec<DType::kHBQ_A> : DecHbq<true> {};
+template <>
+struct Dec<DType::kHBQ_E> : DecHbq<false> {};
+
 // Each warp computes R consecutive rows: per unit, the R rows' codes are decoded first, then each
 // activation float4 is loaded once and used for all R rows. Decode is limited by how many bytes are
 // in flight per warp and by the activation loads (a Q4_K unit of 16 code bytes needs 128 bytes of
@@ -338,6 +444,19 @@ __global__ void split_blocks_kernel(const uint8_t* __restrict__ src, int64_t n_b
   for (int k = 0; k < code_bytes; ++k) codes[i * code_bytes + k] = b[2 + k];
 }
 
+// Splits blocks of `block_bytes` (a header of `header_bytes`, then `code_bytes` codes) into codes
+// and headers padded to `header_stride` bytes (the pad zero): the FP4 and HBQ device layout.
+__global__ void split_headers_kernel(const uint8_t* __restrict__ src, int64_t n_blocks, int block_bytes,
+                                     int header_bytes, int header_stride, uint8_t* __restrict__ codes,
+                                     uint8_t* __restrict__ headers) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_blocks) return;
+  const uint8_t* b = src + i * block_bytes;
+  const int code_bytes = block_bytes - header_bytes;
+  for (int k = 0; k < header_stride; ++k) headers[i * header_stride + k] = k < header_bytes ? b[k] : 0;
+  for (int k = 0; k < code_bytes; ++k) codes[i * code_bytes + k] = b[header_bytes + k];
+}
+
 // Copies blocks of `from` bytes into blocks of `to` bytes (the rest zero): Q6_K's device layout.
 __global__ void pad_blocks_kernel(const uint8_t* __restrict__ src, int64_t n_blocks, int from, int to,
                                   uint8_t* __restrict__ dst) {
@@ -446,6 +565,10 @@ void dispatch(DType t, A&&... a) {
     case DType::kQ4_0: F<DType::kQ4_0>::run(a...); break;
     case DType::kQ4_K: F<DType::kQ4_K>::run(a...); break;
     case DType::kQ6_K: F<DType::kQ6_K>::run(a...); break;
+    case DType::kMXFP4: F<DType::kMXFP4>::run(a...); break;
+    case DType::kNVFP4: F<DType::kNVFP4>::run(a...); break;
+    case DType::kHBQ_A: F<DType::kHBQ_A>::run(a...); break;
+    case DType::kHBQ_E: F<DType::kHBQ_E>::run(a...); break;
     default:
       // Gemm::upload converts every other type on the host, so this is a programming error; it
       // used to launch nothing and leave the output unwritten without a word.
@@ -473,7 +596,8 @@ struct RowsF {
 bool device_type_supported(DType t) {
   switch (t) {
     case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ8_0: case DType::kQ4_0:
-    case DType::kQ4_K: case DType::kQ6_K:
+    case DType::kQ4_K: case DType::kQ6_K: case DType::kMXFP4: case DType::kNVFP4: case DType::kHBQ_A:
+    case DType::kHBQ_E:
       return true;
     default:
       return false;
@@ -547,6 +671,38 @@ Status upload_weight(DType type, int64_t rows, int64_t cols, size_t row_stride, 
     w.scales = reinterpret_cast<const __half*>(mem + codes);
     *alloc = mem;
     *bytes = codes + scales;
+    *dst = w;
+    return ok_status();
+  }
+  if (const SplitLayout lay = split_layout(type); lay.block_elems != 0) {
+    // Codes and headers apart: every code load is one aligned 16-byte load, every header one
+    // aligned load of 1, 4 or 8 bytes.
+    const int64_t n_blocks = rows * (cols / lay.block_elems);
+    const int code_bytes = lay.block_bytes - lay.header_bytes;
+    const size_t codes = static_cast<size_t>(n_blocks) * code_bytes;
+    const size_t headers = static_cast<size_t>(n_blocks) * lay.header_device_bytes;
+    uint8_t* raw = nullptr;
+    uint8_t* mem = nullptr;
+    FRUGAL_CUDA(cudaMalloc(&raw, total));
+    Status st = cuda_status(cudaMalloc(&mem, codes + headers), "cudaMalloc");
+    if (st.ok()) st = copy_in_slices(raw, host, total, stream, consumed);
+    if (st.ok() && n_blocks > 0) {
+      const unsigned grid = blocks_1d(n_blocks, 256, "split_headers_kernel");
+      split_headers_kernel<<<grid, 256, 0, stream>>>(raw, n_blocks, lay.block_bytes, lay.header_bytes,
+                                                     lay.header_device_bytes, mem, mem + codes);
+      st = cuda_status(cudaGetLastError(), "split_headers_kernel launch");
+      if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "split_headers_kernel (cudaStreamSynchronize)");
+    }
+    cudaFree(raw);
+    if (!st.ok()) {
+      cudaFree(mem);
+      return st;
+    }
+    w.data = mem;
+    w.row_stride = (cols / lay.block_elems) * code_bytes;
+    w.block_scales = mem + codes;  // codes is a multiple of 16: aligned for every header size
+    *alloc = mem;
+    *bytes = codes + headers;
     *dst = w;
     return ok_status();
   }

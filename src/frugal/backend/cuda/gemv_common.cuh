@@ -87,7 +87,7 @@ inline int gemv_layout(GemvSet& g, int per_block) {
 }
 
 // When profiling: labels the next launch with the set's shape and weight bytes (codes plus the
-// Q8_0/Q4_0 scales).
+// Q8_0/Q4_0 scales or the FP4/HBQ block headers).
 inline void gemv_profile_label(const char* kernel, const GemvSet& g, int n, int r, int ks) {
   if (!profiling()) return;
   uint64_t bytes = 0;
@@ -95,8 +95,12 @@ inline void gemv_profile_label(const char* kernel, const GemvSet& g, int n, int 
   const DevWeight* ws[3] = {&g.w0, &g.w1, &g.w2};
   for (int i = 0; i < g.n; ++i) {
     rows += ws[i]->rows;
+    const SplitLayout lay = split_layout(ws[i]->type);
     bytes += static_cast<uint64_t>(ws[i]->rows * ws[i]->row_stride) +
-             (ws[i]->scales != nullptr ? static_cast<uint64_t>(ws[i]->rows * (ws[i]->cols / 32) * 2) : 0);
+             (ws[i]->scales != nullptr ? static_cast<uint64_t>(ws[i]->rows * (ws[i]->cols / 32) * 2) : 0) +
+             (lay.block_elems != 0
+                  ? static_cast<uint64_t>(ws[i]->rows * (ws[i]->cols / lay.block_elems) * lay.header_device_bytes)
+                  : 0);
   }
   profile_label(cat(kernel, " ", std::string(dtype_name(g.w0.type)), " ", rows, "x", g.w0.cols, " n=", n, " R=", r,
                     " KS=", ks),

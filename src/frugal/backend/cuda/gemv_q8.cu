@@ -17,7 +17,9 @@
 #include "frugal/backend/cuda/common.cuh"
 #include "frugal/backend/cuda/gemv_common.cuh"
 #include "frugal/backend/cuda/cuda_backend.h"
+#include "frugal/backend/cuda/fp4.cuh"
 #include "frugal/backend/cuda/gemv_q8.cuh"
+#include "frugal/backend/cuda/hbq.cuh"
 
 namespace frugal::cuda {
 namespace {
@@ -414,6 +416,140 @@ struct Q<DType::kQ6_K> {
   }
 };
 
+// The E2M1 types (split at upload into 16-byte code units and per-block headers, common.cuh)
+// against Q8_0 activations: each 32-element unit lines up with one activation block. Codes become
+// doubled E2M1 bytes by a byte-permute lookup (fp4.cuh) and meet the activation codes in dp4a;
+// the integer sums are exact, then one float product per scale, as quant/*.cc's vec_dot.
+
+// The activations of one 32-element unit: elements 0-15 and 16-31.
+struct QAct32 {
+  uint4 lo, hi;
+  float d;
+};
+__device__ __forceinline__ void load_act32(const QActView& x, int t, int64_t u, QAct32& o) {
+  const uint4* p = reinterpret_cast<const uint4*>(x.q + static_cast<int64_t>(t) * x.cols) + 2 * u;
+  o.lo = p[0];
+  o.hi = p[1];
+  o.d = x.d[static_cast<int64_t>(t) * (x.cols / 32) + u];
+}
+
+// MXFP4: unit = one block (byte j: element j low, j + 16 high); value = E8M0 scale / 2 * doubled.
+template <>
+struct Q<DType::kMXFP4> {
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  struct W {
+    uint4 q;
+    float d;
+  };
+  using A = QAct32;
+  __device__ static void load_w(const DevWeight& w, int64_t row, int64_t u, W& o) {
+    o.q = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    o.d = e8m0_half_to_float(__ldg(w.block_scales + row * (w.cols / 32) + u));
+  }
+  __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) { load_act32(x, t, u, o); }
+  __device__ static float dot(const W& w, const A& a) {
+    const uint32_t q[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    const uint32_t lo[4] = {a.lo.x, a.lo.y, a.lo.z, a.lo.w}, hi[4] = {a.hi.x, a.hi.y, a.hi.z, a.hi.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int2 v = e2m1x8_doubled(q[i]);
+      s = dp4a(v.x, static_cast<int>(lo[i]), s);
+      s = dp4a(v.y, static_cast<int>(hi[i]), s);
+    }
+    return static_cast<float>(s) * (w.d * a.d);
+  }
+};
+
+// NVFP4: unit = half a block, two sub-blocks of 16 (byte j of a sub-block: element j low, j + 8
+// high) with a UE4M3 scale each; the tensor's global scale is folded into both.
+template <>
+struct Q<DType::kNVFP4> {
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  struct W {
+    uint4 q;
+    float d0, d1;
+  };
+  using A = QAct32;
+  __device__ static void load_w(const DevWeight& w, int64_t row, int64_t u, W& o) {
+    o.q = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    const uint32_t hdr = __ldg(reinterpret_cast<const uint32_t*>(w.block_scales) + row * (w.cols / 64) + (u >> 1));
+    const int sh = 16 * static_cast<int>(u & 1);
+    const float half_scale = 0.5f * w.scale;
+    o.d0 = ue4m3_to_float((hdr >> sh) & 0xFFu) * half_scale;
+    o.d1 = ue4m3_to_float((hdr >> (sh + 8)) & 0xFFu) * half_scale;
+  }
+  __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) { load_act32(x, t, u, o); }
+  __device__ static float dot(const W& w, const A& a) {
+    // Sub-block 0: code words x, y against activation words 0-3 (x: elements 0-3 low, 8-11 high;
+    // y: 4-7, 12-15); sub-block 1 likewise with z, w and words 4-7.
+    const int2 vx = e2m1x8_doubled(w.q.x), vy = e2m1x8_doubled(w.q.y);
+    const int2 vz = e2m1x8_doubled(w.q.z), vw = e2m1x8_doubled(w.q.w);
+    int s0 = dp4a(vx.x, static_cast<int>(a.lo.x), 0);
+    s0 = dp4a(vx.y, static_cast<int>(a.lo.z), s0);
+    s0 = dp4a(vy.x, static_cast<int>(a.lo.y), s0);
+    s0 = dp4a(vy.y, static_cast<int>(a.lo.w), s0);
+    int s1 = dp4a(vz.x, static_cast<int>(a.hi.x), 0);
+    s1 = dp4a(vz.y, static_cast<int>(a.hi.z), s1);
+    s1 = dp4a(vw.x, static_cast<int>(a.hi.y), s1);
+    s1 = dp4a(vw.y, static_cast<int>(a.hi.w), s1);
+    return a.d * (w.d0 * static_cast<float>(s0) + w.d1 * static_cast<float>(s1));
+  }
+};
+
+// HBQ: unit = one 32-element group of a 128-element block (laid out as MXFP4's); per micro-block
+// an integer sum, weighted by its multiplier in eighths (exact), times UE5M3 scale / 16 once.
+// HBQ-A: micro-blocks of 8 (code words x, y: micro-blocks 0 low and 2 high; z, w: 1 and 3);
+// HBQ-E: one multiplier for the group.
+template <bool kPerEight>
+struct QHbq {
+  __host__ __device__ static int64_t units(int64_t cols) { return cols / 32; }
+  struct W {
+    uint4 q;
+    float sv;
+    int al[kPerEight ? 4 : 1];
+  };
+  using A = QAct32;
+  __device__ static void load_w(const DevWeight& w, int64_t row, int64_t u, W& o) {
+    o.q = __ldg(reinterpret_cast<const uint4*>(w.data + row * w.row_stride) + u);
+    const int64_t blk = row * (w.cols / 128) + (u >> 2);
+    const int g = static_cast<int>(u & 3);
+    uint32_t h0;
+    if constexpr (kPerEight) {
+      const uint2 hdr = __ldg(reinterpret_cast<const uint2*>(w.block_scales) + blk);
+      h0 = hdr.x;
+      const uint32_t codes = (__byte_perm(hdr.x, hdr.y, 0x5432u) >> (8 * g)) & 0xFFu;  // c[g]
+      const uint32_t alphas = hbq_alpha_set((h0 >> 8) & 0xFFu);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) o.al[k] = hbq_alpha(alphas, codes >> (2 * k));
+    } else {
+      h0 = __ldg(reinterpret_cast<const uint32_t*>(w.block_scales) + blk);
+      o.al[0] = hbq_alpha(hbq_alpha_set((h0 >> 8) & 0xFFu), (h0 >> (16 + 2 * g)) & 3u);
+    }
+    o.sv = ue5m3_to_float(h0 & 0xFFu) * 0.0625f;
+  }
+  __device__ static void load_a(const QActView& x, int t, int64_t u, A& o) { load_act32(x, t, u, o); }
+  __device__ static float dot(const W& w, const A& a) {
+    const int2 vx = e2m1x8_doubled(w.q.x), vy = e2m1x8_doubled(w.q.y);
+    const int2 vz = e2m1x8_doubled(w.q.z), vw = e2m1x8_doubled(w.q.w);
+    const int m0 = dp4a(vy.x, static_cast<int>(a.lo.y), dp4a(vx.x, static_cast<int>(a.lo.x), 0));
+    const int m1 = dp4a(vw.x, static_cast<int>(a.lo.w), dp4a(vz.x, static_cast<int>(a.lo.z), 0));
+    const int m2 = dp4a(vy.y, static_cast<int>(a.hi.y), dp4a(vx.y, static_cast<int>(a.hi.x), 0));
+    const int m3 = dp4a(vw.y, static_cast<int>(a.hi.w), dp4a(vz.y, static_cast<int>(a.hi.z), 0));
+    int total;
+    if constexpr (kPerEight) {
+      total = w.al[0] * m0 + w.al[1] * m1 + w.al[2] * m2 + w.al[3] * m3;
+    } else {
+      total = w.al[0] * (m0 + m1 + m2 + m3);
+    }
+    return static_cast<float>(total) * (w.sv * a.d);
+  }
+};
+template <>
+struct Q<DType::kHBQ_A> : QHbq<true> {};
+template <>
+struct Q<DType::kHBQ_E> : QHbq<false> {};
+
 // Each warp computes R consecutive rows for up to NT tokens: per unit the R rows' weight registers
 // are loaded first (R independent loads in flight), then each token's activation unit is loaded
 // once and used for all R rows. Rows past the end are clamped for loading and not stored.
@@ -568,6 +704,10 @@ QActKind q8_activation_kind(DType weight) {
   switch (weight) {
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kMXFP4:
+    case DType::kNVFP4:
+    case DType::kHBQ_A:
+    case DType::kHBQ_E:
       return QActKind::kQ8_0;
     case DType::kQ4_K:
     case DType::kQ6_K:
@@ -679,6 +819,10 @@ void launch_gemv_q8_set(const GemvSet& set, const QActView& x, int n, bool accum
     case DType::kQ4_0: launch_t<DType::kQ4_0>(set, x, n, accumulate, s); break;
     case DType::kQ4_K: launch_t<DType::kQ4_K>(set, x, n, accumulate, s); break;
     case DType::kQ6_K: launch_t<DType::kQ6_K>(set, x, n, accumulate, s); break;
+    case DType::kMXFP4: launch_t<DType::kMXFP4>(set, x, n, accumulate, s); break;
+    case DType::kNVFP4: launch_t<DType::kNVFP4>(set, x, n, accumulate, s); break;
+    case DType::kHBQ_A: launch_t<DType::kHBQ_A>(set, x, n, accumulate, s); break;
+    case DType::kHBQ_E: launch_t<DType::kHBQ_E>(set, x, n, accumulate, s); break;
     default:
       record_launch_error(cat("cuda: no 8-bit activation GEMV for weight type ", std::string(dtype_name(set.w0.type))));
       break;
