@@ -15,6 +15,9 @@ reported as an error (the exactness tests in tests/decode assert it).
 Usage: bench/speculative.py [--frugal build/bin/frugal] [-m models/default.gguf]
          [--draft models/draft.gguf] [--families arithmetic,kv_recall,...] [--seeds 10]
          [--length 256] [-n 128] [--threads 2] [--spec-k 6] [--json out.json]
+         [--device cpu|cuda] [--configs plain,draft,ngram,layerskip]
+On --device cuda the target runs on the GPU and the draft model on the CPU (layerskip is not
+available there).
 """
 import argparse
 import json
@@ -27,7 +30,7 @@ FAMILIES = ["arithmetic", "kv_recall", "passkey", "var_track", "word_count"]
 def run(args, family, seed, extra):
     cmd = [args.frugal, "run", "-m", args.model, "--task", family, "--task-seed", str(seed),
            "--task-length", str(args.length), "-n", str(args.n), "-t", str(args.threads), "--temp", "0",
-           "--json"] + extra
+           "--json", "--device", args.device] + extra
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -44,6 +47,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--spec-k", type=int, default=6)
     ap.add_argument("--json", help="write the totals here")
+    ap.add_argument("--device", default="cpu", help="the target's backend: cpu or cuda")
+    ap.add_argument("--configs", default="plain,draft,ngram,layerskip",
+                    help="configurations to run, plain first (the baseline)")
     args = ap.parse_args()
 
     configs = {
@@ -52,6 +58,10 @@ def main():
         "ngram": ["--spec", "ngram", "--spec-k", str(args.spec_k)],
         "layerskip": ["--spec", "layerskip", "--spec-k", str(args.spec_k)],
     }
+    wanted = [c for c in args.configs.split(",") if c]
+    if not wanted or wanted[0] != "plain" or any(c not in configs for c in wanted):
+        ap.error(f"--configs: plain first, then any of {', '.join(configs)}")
+    configs = {c: configs[c] for c in wanted}
     totals = {c: {"decode_ms": 0.0, "decode_tokens": 0, "total_ms": 0.0, "passes": 0, "drafted": 0,
                   "accepted": 0, "emitted": 0, "draft_ms": 0.0, "mismatches": 0} for c in configs}
     families = [f for f in args.families.split(",") if f]
@@ -76,7 +86,7 @@ def main():
     base = totals["plain"]
     base_tps = base["decode_tokens"] / base["decode_ms"] * 1e3
     print(f"{len(families)} families x {args.seeds} prompts, length {args.length}, -n {args.n}, "
-          f"{args.threads} threads, temperature 0, spec-k {args.spec_k}")
+          f"{args.threads} threads, device {args.device}, temperature 0, spec-k {args.spec_k}")
     print(f"{'config':9} {'decode tok/s':>12} {'speed-up':>9} {'end-to-end':>11} {'acceptance':>11} "
           f"{'tok/pass':>9} {'ms/pass':>8} {'draft ms':>9} {'mismatch':>9}")
     for name, tot in totals.items():

@@ -124,7 +124,7 @@ int eval_cmd(const EvalArgs& a) {
     if (c.gen.spec.method != speculative::Method::kDraft) continue;
     auto& held = drafts[c.gen.spec.draft_path];
     if (!held) {
-      auto d = load_draft_model(c.gen, a.engine.device);
+      auto d = load_draft_model(c.gen);
       if (!d.ok()) return fail(cmd, d.status().message());
       held = std::move(d).value();
     }

@@ -108,7 +108,7 @@ int run(const RunArgs& a) {
   auto lm = load_model(*path, !a.json && a.engine.device == "cpu", a.engine.device);
   if (!lm.ok()) return fail(cmd, lm.status().message());
   const Tokenizer& tok = *lm->tokenizer;
-  auto draft = load_draft_model(go, a.engine.device);
+  auto draft = load_draft_model(go);
   if (!draft.ok()) return fail(cmd, draft.status().message());
 
   std::string text = *prompt;

@@ -89,7 +89,7 @@ int serve(const ServeArgs& a) {
 
   auto lm = load_model(*path, false, a.engine.device);
   if (!lm.ok()) return fail(cmd, lm.status().message());
-  auto draft = load_draft_model(engine_opts, a.engine.device);
+  auto draft = load_draft_model(engine_opts);
   if (!draft.ok()) return fail(cmd, draft.status().message());
   // The default of every request; one may opt out ("speculative": false, docs/speculative.md).
   eo.spec = engine_opts.spec;

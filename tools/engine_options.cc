@@ -150,7 +150,7 @@ Status apply_engine_flags(const EngineFlags& flags, GenerateOptions& opts) {
   return ok_status();
 }
 
-Result<std::unique_ptr<Model>> load_draft_model(GenerateOptions& opts, const std::string& device) {
+Result<std::unique_ptr<Model>> load_draft_model(GenerateOptions& opts) {
   if (opts.spec.method != speculative::Method::kDraft || opts.spec.draft_model != nullptr) {
     return std::unique_ptr<Model>();
   }
@@ -158,7 +158,8 @@ Result<std::unique_ptr<Model>> load_draft_model(GenerateOptions& opts, const std
     return error(ErrorCode::kInvalidArgument, "--spec draft: name the draft model with --draft MODEL.gguf");
   }
   ModelLoadOptions lo;
-  lo.cpu_layouts = device == "cpu";
+  // The draft runs on a CPU backend whatever the target's device (speculative::DrafterContext).
+  lo.cpu_layouts = true;
   auto m = Model::load(opts.spec.draft_path, lo);
   if (!m.ok()) return m.status().with_context("--draft");
   opts.spec.draft_model = m->get();

@@ -47,9 +47,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::vector<FlagH
 // missing one later.
 Status apply_engine_flags(const EngineFlags& flags, GenerateOptions& opts);
 
-// Loads the draft model opts.spec names when its method is `draft` (nothing otherwise: null) for
-// the backend `device`, and points opts.spec.draft_model at it; the model must outlive its use.
-Result<std::unique_ptr<Model>> load_draft_model(GenerateOptions& opts, const std::string& device);
+// Loads the draft model opts.spec names when its method is `draft` (nothing otherwise: null), laid
+// out for the CPU backend it runs on, and points opts.spec.draft_model at it; the model must
+// outlive its use.
+Result<std::unique_ptr<Model>> load_draft_model(GenerateOptions& opts);
 
 // The given flags as NAME=VALUE settings, e.g. {"kv-quant=int8"} (eval's configuration labels).
 std::vector<std::string> given_engine_settings(const EngineFlags& flags);

@@ -153,11 +153,24 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   }
   if (opts.spec.method != speculative::Method::kNone) {
     const char* method = speculative::method_name(opts.spec.method);
-    // Verification rolls rejected tokens back out of the host page tables; a device-resident
-    // cache has no such rollback yet.
     if (!paged) {
-      return error(ErrorCode::kNotSupported, "speculative decoding (--spec {}) runs on the cpu backend, not {}", method,
-                   backend.name());
+      // A device-resident cache rolls rejected drafts back itself: the sequence's next step starts
+      // at the first position not kept, and the backend drops its rows from there on
+      // (CudaBackend::prepare). Verification passes run row-invariant there too. What it cannot
+      // do: run the target with layers skipped (it runs passes whole), which the layer-skip
+      // drafters and memspec's pool need, or give extra chains rows of their own to share.
+      if (opts.spec.method != speculative::Method::kNgram && opts.spec.method != speculative::Method::kDraft) {
+        return error(ErrorCode::kNotSupported,
+                     "speculative decoding (--spec {}) runs on the cpu backend, not {}: it runs the target with "
+                     "layers skipped; --spec draft and --spec ngram run on both",
+                     method, backend.name());
+      }
+      if (opts.spec.candidates > 1) {
+        return error(ErrorCode::kNotSupported,
+                     "speculative decoding with {} candidates per position runs on the cpu backend, not {} (one "
+                     "chain there)",
+                     opts.spec.candidates, backend.name());
+      }
     }
     if (needs_own_kv(opts.kv)) {
       return error(ErrorCode::kNotSupported,
@@ -169,6 +182,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     speculative::DrafterContext dc;
     dc.target = &model;
     dc.backend = &backend;
+    dc.draft_on_cpu = !paged;
     // A draft KV sequence per chain of every slot (chain_slot()).
     dc.n_slots = opts.n_parallel * opts.spec.candidates;
     dc.capacity = static_cast<int32_t>(capacity);

@@ -417,6 +417,10 @@ struct AttnDev {
   // fill the 64 rows. A block holding tokens of several sequences runs its key loop once per
   // sequence, so a step of one token per sequence (batched decode) is fastest with T = 1.
   int tokens_per_block = 0;
+  // launch_attention_split: > 0 chooses its key chunks (Z) as for a step of this many tokens, not
+  // of n: with tokens_per_block = 1, every token's row is then computed as in a step of its own
+  // (row-invariant steps: speculative verification).
+  int split_as_tokens = 0;
 };
 // out [n][n_head][head_dim]: each query token over its sequence's cached keys with pos <= its pos.
 void launch_attention(const KvDev& kv, int layer, const float* q, int n, const int32_t* seq, const int32_t* pos,

@@ -39,6 +39,11 @@ constexpr int kCpuFloatPathMinTokens = 8;  // backend/cpu/matmul.cc: kFloatPathM
 // kernel from that count on): 5: 645 / 575, 6: 670 / 666, 7: 686 / 744, 8: 705 / 825.
 constexpr int kQ4KTensorCoreMinTokens = 7;
 constexpr int kGraphMaxTokens = 64;  // steps up to this size are captured as graphs
+// A row-invariant step (Batch::row_invariant: speculative verification) runs in passes of at most
+// this many tokens, each taking the kernels of a one-token step: GEMVs (below 8 tokens, where
+// F16/BF16 inputs are rounded as for one token) and split attention with one token per block and
+// the key chunks of a one-token step. Their sums per token do not depend on the other tokens.
+constexpr int kRowInvariantTokens = kCpuFloatPathMinTokens - 1;
 constexpr size_t kCublasWorkspace = 32u << 20;
 
 // Host-side conversion for types without a device decoder: F16 rows when the row length allows
@@ -245,6 +250,7 @@ class Gemm {
   // take the tensor-core kernel from tensor_core_min_tokens on.
   bool gemv_takes(const DevWeight& w, int n) const {
     if (n > kGemvMaxTokens) return false;
+    if (row_invariant_) return true;
     MmaPart p;
     return n < tensor_core_min_tokens(w.type) || !mma_part(w, n, &p);
   }
@@ -285,7 +291,7 @@ class Gemm {
       for (int i = 0; i < count; ++i) types[i] = w[i]->type;
       same = fuse_mixed_ && q8_ && gemv_q8_set_supported(types, count);
     }
-    if (!same && fuse_ && count <= kMmaMaxParts && mma_set(w, y, bias, count, x, n)) return;
+    if (!same && fuse_ && !row_invariant_ && count <= kMmaMaxParts && mma_set(w, y, bias, count, x, n)) return;
     if (!same) {
       for (int i = 0; i < count; ++i) run(*w[i], x, n, y[i], bias[i], false);
       return;
@@ -316,6 +322,9 @@ class Gemm {
     launch_gemv_set(set, gemv_input(w[0]->type, x, n, w[0]->cols), n, stream_);
   }
   void set_fuse(bool on) { fuse_ = on; }
+  // Row-invariant steps (at most kRowInvariantTokens tokens): every product a GEMV, which computes
+  // each token's row as a one-token product does (the tensor-core kernel's sums differ).
+  void set_row_invariant(bool on) { row_invariant_ = on; }
   // Every product the tensor-core kernel can take on it, or none (on only where the device runs it).
   void set_mma(bool on) { mma_mode_ = on ? 1 : 0; }
   bool mma_on() const { return mma_mode_ != 0 && mma_built_; }
@@ -620,6 +629,7 @@ class Gemm {
   bool fuse_ = true;
   bool fuse_mixed_ = true;
   bool q8_ = true;
+  bool row_invariant_ = false;
   // Tensor-core products (mma_part; 9..64 tokens, Q4_K from tensor_core_min_tokens): -1 the types
   // it reads as they are (Q8_0, Q4_K), 1 every type, 0 none.
   int mma_mode_ = -1;
@@ -777,6 +787,9 @@ class CudaBackend final : public Backend {
   Status ensure_kv(const KvCacheOptions& o);
   Status ensure_buffers(int64_t n);
   Status prepare(const Batch& b, int* n_out);
+  // One step of `batch` on the uploaded model: prepare, run (a graph when it can) and copy the
+  // logit rows or greedy tokens out.
+  Status step(const Batch& batch, float* logits, int32_t* greedy);
   void enqueue(int n, int n_out);
   cudaGraphExec_t capture(int n, int n_out);
   void layer(int il, int n);
@@ -814,8 +827,9 @@ class CudaBackend final : public Backend {
   std::vector<char> keep_dirty_;  // [seq]: a compaction is queued
   Store store_{*this};
   int attn_tokens_per_block_ = 0;              // of the step being prepared (prepare())
-  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;  // (n, n_out, attention tokens per block) ->
-                                                                 // graph; null: seen once
+  bool row_invariant_ = false;                 // of the step being run (kRowInvariantTokens)
+  // (n, n_out, attention tokens per block, row-invariant) -> graph; null: seen once
+  std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs_;
 };
 
 Status upload_floats(const std::vector<float>& v, DeviceArena& arena, float** out, cudaStream_t s) {
@@ -967,6 +981,10 @@ Status CudaBackend::ensure_buffers(int64_t n) {
     for (int t = 1; t <= cap; ++t) {
       if (attention_prefer_split(t, ap)) bytes = std::max(bytes, attention_split_scratch_bytes(t, ap, kv_.capacity));
     }
+    ap.split_as_tokens = 1;  // row-invariant steps (kRowInvariantTokens)
+    for (int t = 1; t <= std::min<int64_t>(cap, kRowInvariantTokens); ++t) {
+      bytes = std::max(bytes, attention_split_scratch_bytes(t, ap, kv_.capacity));
+    }
     if (bytes > 0) FRUGAL_RETURN_IF_ERROR(state_.alloc(bytes, &b.attn_scratch));
     b.attn_scratch_bytes = bytes;
   }
@@ -1046,7 +1064,7 @@ Status CudaBackend::prepare(const Batch& b, int* n_out) {
     longest = std::max(longest, run);
   }
   int tokens_per_block = 1;
-  while (tokens_per_block < longest && tokens_per_block < 64) tokens_per_block *= 2;
+  while (!row_invariant_ && tokens_per_block < longest && tokens_per_block < 64) tokens_per_block *= 2;
   attn_tokens_per_block_ = tokens_per_block;
   FRUGAL_CUDA(cudaMemcpyAsync(buf_.packet, pinned_, static_cast<size_t>(5 * cap) * sizeof(int32_t),
                               cudaMemcpyHostToDevice, stream_));
@@ -1071,7 +1089,8 @@ void CudaBackend::layer(int il, int n) {
   // Producers round their outputs when the next GEMV would (F16/BF16 weights, few tokens), and
   // rope, rotation of K and the cache store are one kernel: fewer launches per decode step.
   // Quantized weights: the norm writes the 8-bit activations of the integer GEMV itself.
-  const int round_qkv = Gemm::input_rounding({&L.wq, &L.wk, &L.wv}, n);
+  const int nr = row_invariant_ ? 1 : n;  // the token count kernel choices follow
+  const int round_qkv = Gemm::input_rounding({&L.wq, &L.wk, &L.wv}, nr);
   gemm_.new_input();
   QActKind kind = QActKind::kNone;
   if (const QActView* qv = gemm_.prequantize({&L.wq, &L.wk, &L.wv}, b.h, n, embd, &kind)) {
@@ -1100,14 +1119,15 @@ void CudaBackend::layer(int il, int n) {
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = c.sliding_window;
   ap.tokens_per_block = attn_tokens_per_block_;
+  if (row_invariant_) ap.split_as_tokens = 1;
   // Tensor-core kernels where they handle the shape (FRUGAL_CUDA_FLASH=0 keeps the scalar one, for
   // comparison): split-KV for decode-sized batches, tiled flash attention for prefill.
   bool launched = false;
   bool att_rounded = false;
   if (flash_) {
-    const bool split = attention_prefer_split(n, ap);
+    const bool split = row_invariant_ || attention_prefer_split(n, ap);
     if (split) {
-      ap.round_out = Gemm::input_rounding({&L.wo}, n);
+      ap.round_out = Gemm::input_rounding({&L.wo}, nr);
       att_rounded = ap.round_out != 0;
     }
     launched = split
@@ -1120,7 +1140,7 @@ void CudaBackend::layer(int il, int n) {
   if (launched && att_rounded) gemm_.mark_rounded(b.att, ap.round_out);
   gemm_.run(L.wo, b.att, n, b.x, nullptr, true);
 
-  const int round_ffn = Gemm::input_rounding({&L.w_gate, &L.w_up}, n);
+  const int round_ffn = Gemm::input_rounding({&L.w_gate, &L.w_up}, nr);
   gemm_.new_input();
   if (const QActView* qv = gemm_.prequantize({&L.w_gate, &L.w_up}, b.h, n, embd, &kind)) {
     launch_rms_norm_q8(b.x, L.ffn_norm, n, embd, c.rms_eps, b.h, kind, *qv, s);
@@ -1136,7 +1156,7 @@ void CudaBackend::layer(int il, int n) {
     const float* bias[2] = {nullptr, nullptr};
     gemm_.run_set(w, y, bias, 2, b.h, n);
   }
-  const int round_down = Gemm::input_rounding({&L.w_down}, n);
+  const int round_down = Gemm::input_rounding({&L.w_down}, nr);
   gemm_.new_input();
   if (const QActView* qv = gemm_.prequantize({&L.w_down}, b.gate, n, c.n_ff, &kind)) {
     launch_swiglu_q8(b.gate, b.up, n, static_cast<int>(c.n_ff), kind, *qv, s);
@@ -1205,14 +1225,40 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
     trace(1, "upload done");
   }
   FRUGAL_RETURN_IF_ERROR(ensure_kv(kv.options()));
+  if (!batch.row_invariant || batch.size() <= kRowInvariantTokens) {
+    FRUGAL_RETURN_IF_ERROR(step(batch, logits, greedy));
+    return true;
+  }
+  // Passes of kRowInvariantTokens tokens in batch order: a sequence's later tokens see the rows
+  // its earlier ones wrote in a previous pass, as in chunked prefill.
+  Batch part;
+  part.row_invariant = true;
+  int64_t out_rows = 0;
+  for (int64_t t0 = 0; t0 < batch.size(); t0 += kRowInvariantTokens) {
+    part.clear();
+    const int64_t t1 = std::min<int64_t>(batch.size(), t0 + kRowInvariantTokens);
+    for (int64_t t = t0; t < t1; ++t) {
+      const auto u = static_cast<size_t>(t);
+      part.add(batch.tokens[u], batch.pos[u], batch.seq[u], batch.want_logits[u] != 0);
+    }
+    FRUGAL_RETURN_IF_ERROR(step(part, logits != nullptr ? logits + out_rows * cfg_.n_vocab : nullptr,
+                                greedy != nullptr ? greedy + out_rows : nullptr));
+    out_rows += part.n_logits();
+  }
+  return true;
+}
+
+Status CudaBackend::step(const Batch& batch, float* logits, int32_t* greedy) {
   const int n = static_cast<int>(batch.size());
+  row_invariant_ = batch.row_invariant;
+  gemm_.set_row_invariant(row_invariant_);
   FRUGAL_RETURN_IF_ERROR(ensure_buffers(n));
   FRUGAL_RETURN_IF_ERROR(apply_keeps(-1));
   int n_out = 0;
   FRUGAL_RETURN_IF_ERROR(prepare(batch, &n_out));
   const bool graph = opts_.graphs && n <= kGraphMaxTokens;
   trace(2, "step: ", n, " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager");
-  const std::tuple<int, int, int> key{n, n_out, attn_tokens_per_block_};
+  const std::tuple<int, int, int, bool> key{n, n_out, attn_tokens_per_block_, row_invariant_};
   auto it = graphs_.find(key);
   if (graph && it != graphs_.end() && it->second != nullptr) {
     FRUGAL_CUDA(cudaGraphLaunch(it->second, stream_));
@@ -1251,7 +1297,7 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
                 " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager",
                 "; FRUGAL_CUDA_SYNC=1 names the kernel]");
   }
-  return true;
+  return ok_status();
 }
 
 // Device rows of positions [begin, end) of sequence src into sequence dst (same prefix, dst holding

@@ -503,6 +503,7 @@ FaArgs fa_args(const KvDev& kv, int layer, const float* q, int n, const int32_t*
 // Z for the split launcher: enough blocks for ~kSplitTargetBlocks, at most one chunk per
 // kSplitMinKeysPerChunk keys of max_keys.
 int split_chunks(int n, const AttnDev& p, int max_keys) {
+  if (p.split_as_tokens > 0) n = p.split_as_tokens;
   if (n <= 0 || p.n_head_kv <= 0 || p.n_head <= 0 || p.n_head % p.n_head_kv != 0) return 1;
   if (p.n_head / p.n_head_kv > kRows) return 1;
   const int64_t tiles = (static_cast<int64_t>(n) + fa_tokens_per_block(p) - 1) / fa_tokens_per_block(p) * p.n_head_kv;

@@ -106,13 +106,16 @@ Result<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::create(Model& draf
   }
   FRUGAL_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(ko));
   const double ratio = target_bytes > 0 ? static_cast<double>(draft_bytes) / static_cast<double>(target_bytes) : 1.0;
+  std::unique_ptr<Backend> own = ctx.draft_on_cpu ? make_cpu_backend(CpuBackendOptions{}) : nullptr;
   return std::unique_ptr<DraftModelDrafter>(
-      new DraftModelDrafter(draft, *ctx.backend, std::move(kv), ctx.n_slots, ratio));
+      new DraftModelDrafter(draft, *ctx.backend, std::move(kv), ctx.n_slots, ratio, std::move(own)));
 }
 
-DraftModelDrafter::DraftModelDrafter(Model& draft, Backend& backend, KvCache kv, int n_slots, double cost_ratio)
-    : draft_(draft),
-      backend_(backend),
+DraftModelDrafter::DraftModelDrafter(Model& draft, Backend& backend, KvCache kv, int n_slots, double cost_ratio,
+                                     std::unique_ptr<Backend> own_backend)
+    : own_backend_(std::move(own_backend)),
+      draft_(draft),
+      backend_(own_backend_ != nullptr ? *own_backend_ : backend),
       kv_(std::move(kv)),
       cached_(static_cast<size_t>(n_slots)),
       cost_ratio_(cost_ratio),

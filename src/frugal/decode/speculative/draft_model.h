@@ -32,7 +32,10 @@ class DraftModelDrafter : public Drafter {
   const KvCache& cache() const { return kv_; }
 
  protected:
-  DraftModelDrafter(Model& draft, Backend& backend, KvCache kv, int n_slots, double cost_ratio);
+  // `own_backend`, when set, is the backend the draft runs on (kept by the drafter; `backend`
+  // is then unused): DrafterContext::draft_on_cpu.
+  DraftModelDrafter(Model& draft, Backend& backend, KvCache kv, int n_slots, double cost_ratio,
+                    std::unique_ptr<Backend> own_backend = nullptr);
   // Layers every pass of the draft skips ([n_layer], empty: none). Changing it forgets every
   // sequence's cached rows (the skipped layers have none to reuse).
   void set_skip_layers(std::vector<uint8_t> skip);
@@ -50,6 +53,7 @@ class DraftModelDrafter : public Drafter {
   // logits after seqs[i]'s last token.
   Status catch_up(std::span<const DraftSequence> seqs);
 
+  std::unique_ptr<Backend> own_backend_;  // first: it outlives the members that use it
   Model& draft_;
   Backend& backend_;
   KvCache kv_;                                // one sequence per engine slot

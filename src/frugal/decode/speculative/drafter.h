@@ -123,6 +123,9 @@ class Drafter {
 struct DrafterContext {
   Model* target = nullptr;  // the layer-skip drafter runs it (on the engine's thread, between its passes)
   Backend* backend = nullptr;
+  // A draft model runs on a CPU backend of its own instead of `backend`: a device backend holds
+  // one model (the target) on its device, and runs the target's passes only whole.
+  bool draft_on_cpu = false;
   int n_slots = 1;
   int32_t capacity = 0;
   DType kv_dtype = DType::kF16;
