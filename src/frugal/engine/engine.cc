@@ -624,7 +624,7 @@ void Engine::apply_admission(const Admission& a, double now) {
   } else if (r.evictor) {
     r.evictor->begin(kv_, a.slot, static_cast<int32_t>(r.req.prompt.size()), 0);
   }
-  if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
+  if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now, false);
   if (!first_admission) return;
   std::lock_guard<std::mutex> lk(mu_);
   stats_.prompt_tokens += r.req.prompt.size();
@@ -789,7 +789,7 @@ bool Engine::emit(Active& r, TokenId t, const float* logits) {
   const double now = now_s();
   if (r.first_token < 0) {
     r.first_token = now;
-    if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now);
+    if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now, false);
   }
   r.last_token = now;
   TokenOutput out;
@@ -1070,7 +1070,7 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
   t.cost = &tel_->cost();
   t.energy_meter = tel_->meter().describe();
   if (telemetry::HardwareSampler* hs = tel_->sampler(); hs != nullptr && r.first_token >= 0) {
-    if (r.last_token > r.first_token) (void)hs->sample_now(t0_steady_ + r.last_token);
+    if (r.last_token > r.first_token) (void)hs->sample_now(t0_steady_ + r.last_token, false);
     t.prefill.hw = hs->summarize(t0_steady_ + admitted, t0_steady_ + r.first_token);
     t.decode.hw = hs->summarize(t0_steady_ + r.first_token, t0_steady_ + r.last_token);
   }

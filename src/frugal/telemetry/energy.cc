@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "frugal/telemetry/background_meter.h"
 #include "frugal/telemetry/nvml.h"
 #include "frugal/telemetry/rapl.h"
 
@@ -108,7 +109,7 @@ std::unique_ptr<EnergyMeter> open_energy_meter(const std::string& backend, const
     if (!dev.ok()) return unavailable_meter(dev.status().message());
     auto m = open_nvml_meter(std::shared_ptr<NvmlDevice>(std::move(*dev)));
     if (!m.ok()) return unavailable_meter(m.status().message());
-    return std::move(*m);
+    return read_in_background(std::move(*m));  // NVML calls can take milliseconds
   }
   if (backend == "cpu") {
     auto m = open_rapl_meter(powercap_root);

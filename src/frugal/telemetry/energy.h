@@ -72,8 +72,9 @@ struct PhaseEnergy {
   void merge(const PhaseEnergy& o);
 };
 
-// A cumulative energy counter. read() is cheap (a pread per domain, one NVML call) and is called
-// on the engine thread at the edges of each forward step; it never allocates.
+// A cumulative energy counter, read on the engine thread at the edges of each forward step; it
+// never allocates. RAPL's read is cheap (a pread per domain); NVML's can take milliseconds, so
+// NVML meters are read on a thread of their own (background_meter.h).
 class EnergyMeter {
  public:
   virtual ~EnergyMeter() = default;

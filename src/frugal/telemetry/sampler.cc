@@ -83,17 +83,36 @@ std::string slurp(const std::string& path) {
 }
 }  // namespace
 
-HwSample HardwareSampler::sample_now(double at) {
-  std::lock_guard<std::mutex> rl(read_mu_);
+HwSample HardwareSampler::sample_now(double at, bool fresh_gpu) {
   HwSample s;
   if (o_.gpu) {
-    uint32_t u = 0, m = 0, mhz = 0, mw = 0;
-    uint64_t used = 0;
-    if (o_.gpu->utilization(u, m)) s.gpu_util = u;
-    if (o_.gpu->sm_clock_mhz(mhz)) s.gpu_sm_clock_mhz = mhz;
-    if (o_.gpu->memory_used(used)) s.gpu_memory_used_bytes = static_cast<double>(used);
-    if (o_.gpu->power_mw(mw)) s.gpu_power_w = mw / 1e3;
+    bool cached = false;
+    if (!fresh_gpu) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (have_gpu_ && steady_seconds() - gpu_.seconds <= 2 * o_.period_s) {
+        s.gpu_util = gpu_.gpu_util;
+        s.gpu_sm_clock_mhz = gpu_.gpu_sm_clock_mhz;
+        s.gpu_memory_used_bytes = gpu_.gpu_memory_used_bytes;
+        s.gpu_power_w = gpu_.gpu_power_w;
+        cached = true;
+      }
+    }
+    if (!cached) {
+      // Outside every lock: four NVML calls can take milliseconds each, and the caller may be
+      // the engine thread.
+      uint32_t u = 0, m = 0, mhz = 0, mw = 0;
+      uint64_t used = 0;
+      if (o_.gpu->utilization(u, m)) s.gpu_util = u;
+      if (o_.gpu->sm_clock_mhz(mhz)) s.gpu_sm_clock_mhz = mhz;
+      if (o_.gpu->memory_used(used)) s.gpu_memory_used_bytes = static_cast<double>(used);
+      if (o_.gpu->power_mw(mw)) s.gpu_power_w = mw / 1e3;
+      std::lock_guard<std::mutex> lk(mu_);
+      gpu_ = s;
+      gpu_.seconds = steady_seconds();
+      have_gpu_ = true;
+    }
   }
+  std::lock_guard<std::mutex> rl(read_mu_);
   if (auto t = parse_proc_stat(slurp(o_.proc_root + "/stat"), o_.proc_root + "/stat"); t.ok()) {
     if (have_cpu_) s.cpu_util = cpu_util_percent(last_cpu_, *t);
     last_cpu_ = *t;

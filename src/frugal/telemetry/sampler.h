@@ -72,8 +72,11 @@ class HardwareSampler {
   void set_busy(bool busy);
   // One sample now, on the caller's thread, put in the ring (the thread uses the same) at time
   // `at` (steady_seconds(); NaN: now). The engine samples a phase's edges itself, stamped with
-  // the edge's time, so that each edge's sample falls inside the phase it bounds.
-  HwSample sample_now(double at = kNotMeasured);
+  // the edge's time, so that each edge's sample falls inside the phase it bounds. With
+  // fresh_gpu false the GPU fields are those of the newest GPU reading when it is at most two
+  // periods old (NVML calls can take milliseconds: the engine thread should not wait for them),
+  // else read now; the CPU and memory fields are always read now.
+  HwSample sample_now(double at = kNotMeasured, bool fresh_gpu = true);
   PhaseSamples summarize(double t0, double t1) const;
   const SamplerOptions& options() const { return o_; }
 
@@ -85,7 +88,9 @@ class HardwareSampler {
   std::condition_variable cv_;
   std::deque<HwSample> ring_;
   bool busy_ = false, stop_ = false;
-  std::mutex read_mu_;          // one sample at a time (the CPU-time baseline is shared)
+  std::mutex read_mu_;          // one CPU reading at a time (the CPU-time baseline is shared)
+  HwSample gpu_;                // the newest GPU reading (its GPU fields and time), under mu_
+  bool have_gpu_ = false;
   bool have_cpu_ = false;
   CpuTimes last_cpu_;
   std::thread thread_;

@@ -1,5 +1,6 @@
 #include "frugal/telemetry/telemetry.h"
 
+#include "frugal/telemetry/background_meter.h"
 #include "frugal/telemetry/rapl.h"
 
 namespace frugal::telemetry {
@@ -13,7 +14,8 @@ std::unique_ptr<Telemetry> Telemetry::open(const TelemetryOptions& o) {
     if (dev.ok()) {
       gpu = std::shared_ptr<NvmlDevice>(std::move(*dev));
       auto m = open_nvml_meter(gpu);
-      t->meter_ = m.ok() ? std::move(*m) : unavailable_meter(m.status().message());
+      // NVML calls can take milliseconds: the engine reads the counter at every step's edges.
+      t->meter_ = m.ok() ? read_in_background(std::move(*m)) : unavailable_meter(m.status().message());
     } else {
       t->meter_ = unavailable_meter(dev.status().message());
     }
