@@ -369,8 +369,8 @@ TEST(CudaKernels, TensorCoreProductBench) {
 }
 
 // Decode GEMV per product at the 8B shapes (FRUGAL_GEMV_BENCH=1; FRUGAL_GEMV_BENCH_TYPES, default
-// "Q8_0,Q4_K,Q6_K,F16"; Q4_K at 7 and 8 tokens times the tensor-core kernel a step then runs,
-// FRUGAL_CUDA_MMA_MIN_TOKENS=9 keeps the GEMV): the product alone, its input converted once
+// "Q8_0,Q4_K,Q6_K,F16"; with FRUGAL_CUDA_MMA_MIN_TOKENS=1..8 the Q8_0/Q4_K products from that
+// count on time the tensor-core kernel a step then runs): the product alone, its input converted once
 // outside the timed graph (in a step the producer writes it), timed as a graph over copies that
 // defeat the L2. The weight bytes are random (the time does not depend on the values) and counted
 // as in the file.

@@ -33,11 +33,13 @@ namespace {
 
 constexpr int kGemvMaxTokens = 8;    // larger batches: the tensor-core kernel or cuBLAS
 constexpr int kCpuFloatPathMinTokens = 8;  // backend/cpu/matmul.cc: kFloatPathMinTokens
-// Q4_K products from this many tokens on take the tensor-core kernel instead of the GEMV: its time
-// stays near constant from 2 to 8 tokens (H100, 8B gate + up: 102 us) while the GEMV's grows with
-// them. Measured end to end on an H100 (8B Q4_K_M, tok/s of 5..8 sequences, GEMV against the
-// kernel from that count on): 5: 645 / 575, 6: 670 / 666, 7: 686 / 744, 8: 705 / 825.
-constexpr int kQ4KTensorCoreMinTokens = 7;
+// Q4_K products from this many tokens on (up to 8) take the tensor-core kernel instead of the
+// GEMV; 9: none. With one weight row per warp the kernel won from 7 tokens (H100, 8B Q4_K_M, tok/s
+// of 5..8 sequences, GEMV against the kernel: 7: 686 / 744, 8: 705 / 825); with two rows per warp
+// (q8_rows_per_warp) the GEMV wins at every count (H100, same file, 2026-12-06: 7: 927.4 / 747.4,
+// 8: 967.0 / 830.0; from 5 tokens the kernel gave 573.8 / 663.4 at 5 / 6 against 839.2 / 889.9).
+// FRUGAL_CUDA_MMA_MIN_TOKENS=1..8 brings the kernel back for comparison.
+constexpr int kQ4KTensorCoreMinTokens = 9;
 constexpr int kGraphMaxTokens = 64;  // steps up to this size are captured as graphs
 // A row-invariant step (Batch::row_invariant: speculative verification) runs in passes of at most
 // this many tokens, each taking the kernels of a one-token step: GEMVs (below 8 tokens, where

@@ -58,9 +58,9 @@ Result<DeviceInfo> device_info(int device = 0);
 // `accumulate` the product is added to y's values (as the residual products do).
 Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations = false,
                         bool accumulate = false);
-// Products of Q4_K weights from this many tokens on (up to 8) run on the tensor-core kernel instead
-// of the decode GEMV (9 for other types: never below 9); FRUGAL_CUDA_MMA_MIN_TOKENS overrides it
-// for Q8_0 and Q4_K.
+// Products of Q8_0 and Q4_K weights from this many tokens on (up to 8) run on the tensor-core kernel
+// instead of the decode GEMV: 9 by default for every type (never below 9: the GEMV is the faster
+// there); FRUGAL_CUDA_MMA_MIN_TOKENS=1..8 sets it for Q8_0 and Q4_K.
 int tensor_core_min_tokens(DType weight);
 // Whether a product of `weight` at n tokens runs as a decode GEMV on this device and settings.
 bool gemv_runs_product(DType weight, int64_t n);
