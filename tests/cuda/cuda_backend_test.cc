@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gpu_skip.h"
 #include "frugal/backend/cuda/cuda_backend.h"
 #include "frugal/core/greedy_token.h"
 #include "frugal/model/model.h"
@@ -31,12 +32,6 @@ namespace frugal {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                      \
-    auto info = cuda::device_info();                                        \
-    if (!info.ok()) GTEST_SKIP() << "no GPU: " << info.status().message(); \
-  } while (0)
 
 // Run 1 on the H200 ended this binary with status 1 in the middle of the first test and kept no
 // message. So: stdout unbuffered (a dying process loses no line), and exit() before the end of

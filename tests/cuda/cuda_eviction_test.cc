@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gpu_skip.h"
 #include "frugal/backend/cuda/cuda_backend.h"
 #include "frugal/engine/engine.h"
 #include "frugal/eval/task.h"
@@ -25,12 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-#define SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                      \
-    auto info = cuda::device_info();                                        \
-    if (!info.ok()) GTEST_SKIP() << "no GPU: " << info.status().message(); \
-  } while (0)
 
 std::string default_model() { return std::string(FRUGAL_SOURCE_DIR) + "/models/default.gguf"; }
 

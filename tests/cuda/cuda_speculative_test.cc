@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gpu_skip.h"
 #include "frugal/backend/cuda/cuda_backend.h"
 #include "frugal/engine/engine.h"
 #include "frugal/eval/task.h"
@@ -25,12 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-#define SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                      \
-    auto info = cuda::device_info();                                        \
-    if (!info.ok()) GTEST_SKIP() << "no GPU: " << info.status().message(); \
-  } while (0)
 
 // Rows of a verification pass against one-token steps: for each type, sequence 0 and 1 get the
 // same 9-token prompt (one prefill step each backend), then backend A runs one row-invariant

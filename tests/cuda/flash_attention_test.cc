@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gpu_skip.h"
 #include "frugal/backend/cuda/cuda_backend.h"
 #include "frugal/core/half.h"
 #include "frugal/core/status.h"
@@ -39,12 +40,6 @@
 
 namespace frugal {
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                      \
-    auto info = cuda::device_info();                                        \
-    if (!info.ok()) GTEST_SKIP() << "no GPU: " << info.status().message(); \
-  } while (0)
 
 struct AttnCase {
   std::string name;
