@@ -406,6 +406,16 @@ TEST(CudaKernels, GemvBench) {
         w.cols = k;
         w.row_stride = static_cast<size_t>(rb);
         w.data = b.data();
+        if (*type == DType::kFLUXBIN) {  // pure FluxBin: its column scales (F16, two per column)
+          bytes.emplace_back(static_cast<size_t>(4 * k));
+          auto& c = bytes.back();
+          for (size_t i = 0; i + 8 <= c.size(); i += 8) {
+            const uint64_t v = rng() & 0x3BFF3BFF3BFF3BFFull;
+            std::memcpy(c.data() + i, &v, 8);
+          }
+          w.fluxbin.col_scales = reinterpret_cast<const uint16_t*>(c.data());
+          file_bytes += static_cast<uint64_t>(4 * k);
+        }
         ws.push_back(w);
         file_bytes += static_cast<uint64_t>(r * rb);
       }
@@ -666,6 +676,49 @@ TEST(CudaModel, LogitsMatchCpuFp4) {
     EXPECT_EQ(r->n_fallback, 0) << type;
     const LogitErrors e = compare_logits(q.output, 6e-2, type);
     EXPECT_LT(e.gpu_vs_ref, 3e-2) << type << ": GPU against float64";
+    EXPECT_LT(e.cpu_vs_ref, 3e-2) << type << ": CPU against float64";
+    fs::remove(q.output);
+  }
+  fs::remove(f32);
+}
+
+// FLUXBIN and FLUXBIN_HYBRID from `frugal quantize` (the type's mix: output.weight Q6_K, every
+// other matrix and the token embedding FluxBin, so the embedding rows, the one-token GEMV of Q/K/V
+// and gate/up as sets, and the cuBLAS prefill over dequantized F16 all run). The GPU multiplies
+// float activations with the stored weights exactly in its GEMV and in F16 for the 13-token
+// prefill: the F16 bound. The CPU's byte GEMV rounds each u = c x to 8 bits per group (quant/
+// fluxbin.h, gemv_bytes): an 8-bit activation error like the integer paths of the other quantized
+// types, their bound.
+TEST(CudaModel, LogitsMatchFloat64FluxBin) {
+  SKIP_WITHOUT_GPU();
+  auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
+  ASSERT_TRUE(opts.ok());
+  opts->weight_type = "F32";
+  opts->n_layer = 2;
+  opts->weight_std = 0.05;
+  const fs::path f32 = fs::temp_directory_path() / "frugal_cuda_fluxbin_src.gguf";
+  ASSERT_TRUE(synth::write_random_model(*opts, f32.string()).ok());
+  for (const char* type : {"FLUXBIN", "FLUXBIN_HYBRID"}) {
+    if (!type_selected(type)) continue;
+    quantize::QuantizeOptions q;
+    q.input = f32.string();
+    q.output = (fs::temp_directory_path() / (std::string("frugal_cuda_") + type + ".gguf")).string();
+    const auto target = quantize::find_target(type);
+    ASSERT_TRUE(target.has_value()) << type;
+    q.target = *target;
+    q.n_threads = 2;
+    auto r = quantize::quantize_model(q);
+    ASSERT_TRUE(r.ok()) << type << ": " << r.status().to_string();
+    {
+      auto model = Model::load(q.output);
+      ASSERT_TRUE(model.ok()) << model.status().to_string();
+      EXPECT_EQ((*model)->weights().token_embd.type, DType::kFLUXBIN) << type;
+      EXPECT_EQ((*model)->weights().layers[0].wq.type, DType::kFLUXBIN) << type;
+    }
+    const LogitErrors e = compare_logits(q.output, 3.5e-2, type);
+    std::printf("%s: rel_l2 GPU vs float64 %.2e, CPU vs float64 %.2e, GPU vs CPU %.2e\n", type, e.gpu_vs_ref,
+                e.cpu_vs_ref, e.gpu_vs_cpu);
+    EXPECT_LT(e.gpu_vs_ref, 5e-3) << type << ": GPU against float64";
     EXPECT_LT(e.cpu_vs_ref, 3e-2) << type << ": CPU against float64";
     fs::remove(q.output);
   }

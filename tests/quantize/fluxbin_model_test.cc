@@ -19,6 +19,7 @@
 #include "frugal/quantize/model_quantizer.h"
 #include "frugal/synth/random_model.h"
 #include "quantize/synthetic_model.h"
+#include "reference/reference_forward.h"
 
 namespace frugal::quantize {
 namespace {
@@ -205,6 +206,49 @@ TEST(FluxBinQuantize, LogitsStayFiniteAndNearF16) {
 }
 
 // Rows of 96 (embedding) and 160 (FFN) elements: not whole groups of 128.
+// Whole FluxBin files (every matrix and the token embedding in the type: --pure) through the CPU
+// backend against the independent float64 forward of the same file (tests/reference, which reads
+// the companions itself and dequantizes with quant::fluxbin::dequantize_row). The CPU's byte GEMV
+// rounds each u = c x to 8 bits per group: an activation error like the integer paths of the other
+// quantized types, whose bound (3e-2) applies; a wrong sign plane, column scale or salient value
+// moves the logits by far more.
+TEST(FluxBinQuantize, CpuLogitsMatchFloat64Reference) {
+  TempDir dir;
+  auto opts = synth::random_model_preset("tiny-llama", FRUGAL_SHARED_MODELS_DIR);
+  ASSERT_TRUE(opts.ok());
+  opts->weight_type = "F32";
+  opts->n_layer = 2;
+  opts->weight_std = 0.05;
+  const std::string f32 = dir.file("f32.gguf");
+  ASSERT_TRUE(synth::write_random_model(*opts, f32).ok());
+  for (const char* type : {"FLUXBIN", "FLUXBIN_HYBRID"}) {
+    const std::string out = dir.file(std::string(type) + ".gguf");
+    auto r = quantize_to(f32, out, type, true);
+    ASSERT_TRUE(r.ok()) << type << ": " << r.status().to_string();
+    const int n = 12;
+    const std::vector<float> got = logits_of(out, n);
+    auto ref = reference::ReferenceModel::load(out);
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(1 + 37 * i % 500);  // logits_of's prompt
+    auto want = (*ref)->forward(ids);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    const size_t nv = want->front().size();
+    ASSERT_EQ(got.size(), n * nv);
+    double num = 0, den = 0;
+    for (size_t t = 0; t < static_cast<size_t>(n); ++t) {
+      for (size_t v = 0; v < nv; ++v) {
+        const double d = got[t * nv + v] - (*want)[t][v];
+        num += d * d;
+        den += (*want)[t][v] * (*want)[t][v];
+      }
+    }
+    const double rel = std::sqrt(num / den);
+    std::printf("  %-14s CPU logits vs float64 reference: rel_l2 %.2e\n", type, rel);
+    EXPECT_LT(rel, 3e-2) << type;
+  }
+}
+
 TEST(FluxBinQuantize, ImpossibleShapesAreRefusedOrFallBack) {
   TempDir dir;
   const std::string f16 = write_f16_model(dir, 96, 160, "odd.gguf");

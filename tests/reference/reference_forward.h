@@ -31,6 +31,7 @@
 
 #include "frugal/core/status.h"
 #include "frugal/format/gguf.h"
+#include "frugal/quant/fluxbin.h"
 #include "frugal/quant/type_traits.h"
 
 namespace frugal::reference {
@@ -75,7 +76,9 @@ class ReferenceModel {
   // Row `row` of a tensor (dims[0] elements), dequantized with to_float_ref.
   static Result<std::vector<double>> dequantize_row(const GgufTensorInfo& t, int64_t row);
   // The same times the tensor's per-tensor scale, when the file has one: the F32 scalar
-  // "<base>.scale" beside "<base>.weight" (NVFP4's global scale; docs/quantization.md).
+  // "<base>.scale" beside "<base>.weight" (NVFP4's global scale; docs/quantization.md). FluxBin
+  // rows (whose column scales and salient columns live in companion tensors) come from
+  // quant::fluxbin::dequantize_row over the companions read here.
   Result<std::vector<double>> weight_row(const GgufTensorInfo& t, int64_t row) const;
 
  private:
@@ -143,6 +146,28 @@ inline Result<std::vector<double>> ReferenceModel::dequantize_row(const GgufTens
 }
 
 inline Result<std::vector<double>> ReferenceModel::weight_row(const GgufTensorInfo& t, int64_t row) const {
+  if (t.type == DType::kFLUXBIN) {
+    namespace fb = quant::fluxbin;
+    const int64_t cols = t.dims[0], rows = t.dims.size() > 1 ? t.dims[1] : 1, groups = cols / fb::kGroup;
+    const GgufTensorInfo* c = file_->find_tensor(fb::companion_name(t.name, fb::kColsPart));
+    if (c == nullptr || c->type != DType::kF16 || c->n_elements() != 2 * cols) {
+      return error(ErrorCode::kCorrupt, "tensor '{}': no column scales", t.name);
+    }
+    fb::View v{rows, cols, 0, t.data, reinterpret_cast<const uint16_t*>(c->data), nullptr, nullptr};
+    if (const GgufTensorInfo* idx = file_->find_tensor(fb::companion_name(t.name, fb::kSalientIdxPart))) {
+      const GgufTensorInfo* vals = file_->find_tensor(fb::companion_name(t.name, fb::kSalientValsPart));
+      v.salient = groups > 0 ? static_cast<int>(idx->n_elements() / groups) : 0;
+      if (vals == nullptr || v.salient <= 0 || v.salient * groups != idx->n_elements() ||
+          vals->n_elements() != rows * groups * fb::salient_row_bytes(v.salient)) {
+        return error(ErrorCode::kCorrupt, "tensor '{}': malformed salient columns", t.name);
+      }
+      v.salient_idx = idx->data;
+      v.salient_vals = vals->data;
+    }
+    std::vector<float> f(static_cast<size_t>(cols));
+    fb::dequantize_row(v, row, f.data());
+    return std::vector<double>(f.begin(), f.end());
+  }
   FRUGAL_ASSIGN_OR_RETURN(std::vector<double> r, dequantize_row(t, row));
   const std::string suffix = ".weight";
   if (t.name.size() <= suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0) {

@@ -258,6 +258,13 @@ struct DevWeight {
   const __half* scales = nullptr;
   const uint8_t* block_scales = nullptr;  // [rows][blocks per row][header bytes] (FP4 and HBQ types)
   float scale = 1.f;  // per tensor, applied by the NVFP4 decoders (its F32 global scale)
+  // FluxBin (fluxbin.cuh): `data` holds the sign nibbles, `scales` the row scales (r_1, r_2 pairs);
+  // these hold the column scales and, in the hybrid, the salient columns.
+  const __half* col_scales = nullptr;      // [2][padded groups * 128]: c_1, then c_2
+  const uint8_t* salient_idx = nullptr;    // [padded groups][salient]
+  const __half* salient_scales = nullptr;  // [rows][padded groups]
+  const uint8_t* salient_codes = nullptr;  // [rows][padded groups][salient / 2]
+  int salient = 0;
 };
 
 // A device allocation list freed together.
@@ -320,7 +327,7 @@ int gemv_prefetch_bytes();
 // float-activation GEMV picks (8B F16 tg128 217.1 vs 207.6 tok/s unsplit, same run); the 8-bit one
 // does not (Q8_0 318.0 split vs 329.9 unsplit: its rows are short already).
 int gemv_split(int64_t rows, int64_t units, bool pick);
-void launch_gemv_set(const GemvSet& set, const float* x, int n, cudaStream_t s);
+void launch_gemv_set(const GemvSet& set, const float* x, int n, bool accumulate, cudaStream_t s);
 
 // y[t][r] (+)= dot(W[r], x[t]) (+ bias[r]) for t < n <= 8, dequantizing W in registers.
 void launch_gemv(const DevWeight& w, const float* x, int n, float* y, const float* bias, bool accumulate,

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "frugal/backend/cuda/common.cuh"
+#include "frugal/backend/cuda/fluxbin.cuh"
 #include "frugal/backend/cuda/gemv_q8.cuh"
 #include "frugal/core/half.h"
 #include "frugal/model/model.h"
@@ -97,6 +98,7 @@ bool needs_host_conversion(const WeightTensor& w) {
     case DType::kQ4_K: return w.cols % 256 != 0 || w.row_stride % 16 != 0;
     case DType::kQ6_K:  // padded at upload, which reads whole rows of contiguous blocks
       return w.cols % 256 != 0 || static_cast<int64_t>(w.row_stride) != w.cols / 256 * kQ6KBlockBytes;
+    case DType::kFLUXBIN: return false;  // upload_fluxbin checks the shape and names what is wrong
     default: return w.cols % 256 != 0 || w.row_stride % 2 != 0;
   }
 }
@@ -111,6 +113,7 @@ uint64_t device_bytes(const WeightTensor& w, uint64_t* dequant_halves) {
   if (w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16) {
     *dequant_halves = std::max<uint64_t>(*dequant_halves, static_cast<uint64_t>(w.rows) * w.cols);
   }
+  if (w.type == DType::kFLUXBIN) return fluxbin_device_bytes(w.rows, w.cols, w.fluxbin.salient);
   if (w.type == DType::kQ6_K) {  // padded blocks (common.cuh)
     return static_cast<uint64_t>(w.rows) * (w.cols / 256) * kQ6KDeviceBlockBytes;
   }
@@ -210,8 +213,10 @@ class Gemm {
     void* mem = nullptr;
     uint64_t bytes = 0;
     // A converted copy is our own heap memory: nothing to give back slice by slice.
-    Status st = upload_weight(type, w.rows, w.cols, stride, src, out, &mem, &bytes, stream_,
-                              src == w.data ? consumed : HostConsumed{});
+    Status st = type == DType::kFLUXBIN
+                    ? upload_fluxbin(w, out, &mem, &bytes, stream_, consumed)
+                    : upload_weight(type, w.rows, w.cols, stride, src, out, &mem, &bytes, stream_,
+                                    src == w.data ? consumed : HostConsumed{});
     if (!st.ok()) return st.with_context("tensor '" + name + "'");
     // A converted copy has its per-tensor scale folded in; NVFP4's decoders apply it.
     if (src == w.data) out->scale = w.scale;
@@ -321,7 +326,7 @@ class Gemm {
       for (int i = 0; i < count; ++i) run(*w[i], x, n, y[i], bias[i], false);
       return;
     }
-    launch_gemv_set(set, gemv_input(w[0]->type, x, n, w[0]->cols), n, stream_);
+    launch_gemv_set(set, gemv_input(w[0]->type, x, n, w[0]->cols), n, false, stream_);
   }
   void set_fuse(bool on) { fuse_ = on; }
   // Row-invariant steps (at most kRowInvariantTokens tokens): every product a GEMV, which computes

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "frugal/backend/cuda/common.cuh"
+#include "frugal/backend/cuda/fluxbin.cuh"
 #include "frugal/backend/cuda/fp4.cuh"
 #include "frugal/backend/cuda/gemv_common.cuh"
 #include "frugal/backend/cuda/hbq.cuh"
@@ -597,7 +598,7 @@ bool device_type_supported(DType t) {
   switch (t) {
     case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ8_0: case DType::kQ4_0:
     case DType::kQ4_K: case DType::kQ6_K: case DType::kMXFP4: case DType::kNVFP4: case DType::kHBQ_A:
-    case DType::kHBQ_E:
+    case DType::kHBQ_E: case DType::kFLUXBIN:
       return true;
     default:
       return false;
@@ -611,13 +612,28 @@ void launch_gemv(const DevWeight& w, const float* x, int n, float* y, const floa
   set.w0 = w;
   set.y0 = y;
   set.b0 = bias;
-  dispatch<GemvF>(w.type, set, x, n, accumulate, s);
+  launch_gemv_set(set, x, n, accumulate, s);
 }
-void launch_gemv_set(const GemvSet& set, const float* x, int n, cudaStream_t s) {
-  dispatch<GemvF>(set.w0.type, set, x, n, false, s);
+// FluxBin has kernels of its own (fluxbin.cu): its GEMV reads lookup tables, not decoded units.
+void launch_gemv_set(const GemvSet& set, const float* x, int n, bool accumulate, cudaStream_t s) {
+  if (set.w0.type == DType::kFLUXBIN) {
+    launch_fluxbin_gemv_set(set, x, n, accumulate, s);
+    return;
+  }
+  dispatch<GemvF>(set.w0.type, set, x, n, accumulate, s);
 }
-void launch_dequant_f16(const DevWeight& w, __half* out, cudaStream_t s) { dispatch<DequantF>(w.type, w, out, s); }
+void launch_dequant_f16(const DevWeight& w, __half* out, cudaStream_t s) {
+  if (w.type == DType::kFLUXBIN) {
+    launch_fluxbin_dequant_f16(w, out, s);
+    return;
+  }
+  dispatch<DequantF>(w.type, w, out, s);
+}
 void launch_get_rows(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStream_t s) {
+  if (w.type == DType::kFLUXBIN) {
+    launch_fluxbin_get_rows(w, ids, n, y, s);
+    return;
+  }
   dispatch<RowsF>(w.type, w, ids, n, y, s);
 }
 
