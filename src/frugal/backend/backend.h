@@ -62,6 +62,15 @@ struct RopeParams {
 };
 
 // A backend is driven by one thread at a time: its kernels share scratch buffers and a pool.
+// The post-RoPE queries of chosen rows of a batch, copied off a backend that runs the pass whole
+// (forward_model) for the attention observers (kv/attention_observer.h) of the scored eviction
+// policies: rows[0 .. m) are batch indices, out is [n_layer][m][n_head * head_dim].
+struct QueryCapture {
+  const int32_t* rows = nullptr;
+  int64_t m = 0;
+  float* out = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -112,10 +121,11 @@ class Backend {
   // the whole forward pass itself and returns true after writing the logits; Model::forward then
   // skips its op-by-op path. With `greedy` given it writes instead, per logit row, the greedy token
   // (core/greedy_token.h) and no logits (`logits` may then be null): a greedy step of
-  // many sequences moves n_logits ids off the device rather than n_logits x n_vocab floats. The
-  // default declines.
+  // many sequences moves n_logits ids off the device rather than n_logits x n_vocab floats. With
+  // `queries` it also copies those rows' queries of every layer there. The default declines.
   virtual Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
-                                     int32_t* greedy) {
+                                     int32_t* greedy, const QueryCapture* queries) {
+    (void)model, (void)batch, (void)kv, (void)logits, (void)greedy, (void)queries;
     return false;
   }
 

@@ -71,6 +71,13 @@ class SlotObservers final : public AttentionObserver {
   void after_attention(KvCache& kv, int layer, const int32_t* seq, int64_t n) override {
     for_runs(seq, n, [&](AttentionObserver& o, int64_t t, int64_t e) { o.after_attention(kv, layer, seq + t, e - t); });
   }
+  int32_t recent_queries() const override {
+    int32_t most = 0;
+    for (const AttentionObserver* o : by_slot_) {
+      if (o != nullptr) most = std::max(most, o->recent_queries());
+    }
+    return most;
+  }
 
  private:
   template <typename F>

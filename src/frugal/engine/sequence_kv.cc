@@ -30,12 +30,15 @@ Status device_kv_supports(const KvPolicyOptions& kv, const std::string& backend)
                  kv_quant_name(kv.quant), backend);
   }
   FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvPolicy> p, make_kv_policy(kv.policy));
+  // Keys are read back from the device's rows, queries copied back by the pass (QueryCapture); the
+  // per-token statistics that accumulate attention over the whole generation (h2o) have no place
+  // in the device cache's token tables.
   const KvPolicyNeeds n = p->needs();
-  if (n.keys || n.attention || n.accumulated) {
+  if (n.accumulated) {
     return error(ErrorCode::kNotSupported,
-                 "kv policy '{}' scores tokens by {} and runs on the cpu backend; on the {} backend the policies that "
-                 "read positions only run (full, window, random)",
-                 kv.policy, n.accumulated ? "accumulated attention" : n.attention ? "attention" : "keys", backend);
+                 "kv policy '{}' scores tokens by accumulated attention and runs on the cpu backend; on the {} "
+                 "backend every other policy runs (full, window, random, snapkv, tova, rkv)",
+                 kv.policy, backend);
   }
   return ok_status();
 }

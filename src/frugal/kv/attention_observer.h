@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "frugal/core/attention_params.h"
 
@@ -22,6 +23,10 @@ class AttentionObserver {
   // Attention of `layer` has read `kv`; an observer may now change how the cache stores it
   // (quantize the newest rows) but not which tokens it holds.
   virtual void after_attention(KvCache& kv, int layer, const int32_t* seq, int64_t n) = 0;
+  // How many of each sequence's newest queries of a step the observer keeps (it holds a ring of
+  // recent ones): a backend that runs the pass on a device copies only those back, and the
+  // observer then sees only those rows of the step (after the step, layer by layer).
+  virtual int32_t recent_queries() const { return std::numeric_limits<int32_t>::max(); }
 };
 
 }  // namespace frugal

@@ -97,6 +97,7 @@ class KvEvictor final : public AttentionObserver {
   // hyquant: after attention ran on `layer`, quantizes its residual, scoring tokens with the mean
   // recent query of each KV head's group.
   void after_attention(KvCache& kv, int layer, const int32_t* seq, int64_t n) override;
+  int32_t recent_queries() const override { return opts_.buffer; }
 
  private:
   struct Ring {

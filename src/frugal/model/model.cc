@@ -250,6 +250,49 @@ Status Model::forward_greedy(const Batch& batch, KvCache& kv, Backend& be, int32
   return run_forward(batch, kv, be, nullptr, tokens, observer);
 }
 
+// On a backend that runs the pass whole, the observer cannot be called between a layer's rope and
+// its attention: the backend copies the post-RoPE queries of each sequence's newest rows (as many
+// as the observer keeps) off the device, and the observer sees them after the pass, layer by layer,
+// in the order the op-by-op path calls it. What the observers of eviction do with them (record
+// queries for the next round between steps) does not depend on when within the step they come.
+Result<bool> Model::forward_whole_observed(const Batch& batch, KvCache& kv, Backend& be, float* logits,
+                                           int32_t* greedy, AttentionObserver& observer) {
+  const int64_t n = batch.size();
+  const int64_t keep = std::max<int32_t>(observer.recent_queries(), 0);
+  std::vector<int32_t> rows, seq, pos;
+  for (int64_t t = 0; t < n;) {
+    int64_t e = t + 1;
+    while (e < n && batch.seq[static_cast<size_t>(e)] == batch.seq[static_cast<size_t>(t)]) ++e;
+    for (int64_t i = std::max(t, e - keep); i < e; ++i) {
+      rows.push_back(static_cast<int32_t>(i));
+      seq.push_back(batch.seq[static_cast<size_t>(i)]);
+      pos.push_back(batch.pos[static_cast<size_t>(i)]);
+    }
+    t = e;
+  }
+  const ModelConfig& c = config_;
+  const int64_t m = static_cast<int64_t>(rows.size());
+  const size_t row = static_cast<size_t>(c.n_head * c.head_dim);
+  captured_q_.resize(static_cast<size_t>(c.n_layer * m) * row);
+  QueryCapture cap;
+  cap.rows = rows.data();
+  cap.m = m;
+  cap.out = captured_q_.data();
+  FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits, greedy, m > 0 ? &cap : nullptr));
+  if (!done || m == 0) return done;
+  AttentionParams ap;
+  ap.n_head = static_cast<int>(c.n_head);
+  ap.n_head_kv = static_cast<int>(c.n_head_kv);
+  ap.head_dim = static_cast<int>(c.head_dim);
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ap.window = c.sliding_window;
+  for (int il = 0; il < c.n_layer; ++il) {
+    observer.before_attention(il, seq.data(), pos.data(), m, captured_q_.data() + static_cast<size_t>(il * m) * row, ap);
+    observer.after_attention(kv, il, seq.data(), m);
+  }
+  return true;
+}
+
 Status Model::run_forward(const Batch& batch, KvCache& kv, Backend& be, float* logits, int32_t* greedy,
                           AttentionObserver* observer) {
   if (in_forward_.exchange(true, std::memory_order_acquire)) {
@@ -275,7 +318,10 @@ Status Model::run_forward(const Batch& batch, KvCache& kv, Backend& be, float* l
   }
   // A backend that runs the pass whole (forward_model) runs every layer.
   if (observer == nullptr && batch.skip_layers.empty()) {
-    FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits, greedy));
+    FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits, greedy, nullptr));
+    if (done) return ok_status();
+  } else if (batch.skip_layers.empty()) {
+    FRUGAL_ASSIGN_OR_RETURN(const bool done, forward_whole_observed(batch, kv, be, logits, greedy, *observer));
     if (done) return ok_status();
   }
   const int64_t n = batch.size();

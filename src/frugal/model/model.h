@@ -127,6 +127,10 @@ class Model {
   // forward() when `greedy` is null, else forward_greedy().
   Status run_forward(const Batch& batch, KvCache& kv, Backend& backend, float* logits, int32_t* greedy,
                      AttentionObserver* observer);
+  // The pass on a backend that runs it whole, with the observer fed from the queries it copies back
+  // (false: the backend runs passes op by op).
+  Result<bool> forward_whole_observed(const Batch& batch, KvCache& kv, Backend& backend, float* logits,
+                                      int32_t* greedy, AttentionObserver& observer);
   void ensure_workspace(int64_t n_tokens);
   struct LayerStep {  // what every layer of one forward step works on
     const Batch& batch;
@@ -140,6 +144,7 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   std::unique_ptr<Workspace> ws_;
+  std::vector<float> captured_q_;  // forward_whole_observed: [n_layer][rows][n_head * head_dim]
   std::atomic<bool> in_forward_{false};
 };
 

@@ -748,7 +748,7 @@ class CudaBackend final : public Backend {
   }
 
   Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
-                             int32_t* greedy) override;
+                             int32_t* greedy, const QueryCapture* queries) override;
   Result<bool> copy_kv_rows(int src, int dst, int32_t begin, int32_t end) override;
   Result<KvTokenStore*> device_kv(const Model& model, const KvCacheOptions& shape) override;
 
@@ -796,7 +796,9 @@ class CudaBackend final : public Backend {
   Status prepare(const Batch& b, int* n_out);
   // One step of `batch` on the uploaded model: prepare, run (a graph when it can) and copy the
   // logit rows or greedy tokens out.
-  Status step(const Batch& batch, float* logits, int32_t* greedy);
+  Status step(const Batch& batch, float* logits, int32_t* greedy, const QueryCapture* queries = nullptr);
+  // Room for `m` captured query rows per layer (growing it drops the graphs: the pointers move).
+  Status ensure_capture(int64_t m);
   void enqueue(int n, int n_out);
   cudaGraphExec_t capture(int n, int n_out);
   void layer(int il, int n);
@@ -836,7 +838,14 @@ class CudaBackend final : public Backend {
   int attn_tokens_per_block_ = 0;              // of the step being prepared (prepare())
   bool row_invariant_ = false;                 // of the step being run (kRowInvariantTokens)
   // (n, n_out, attention tokens per block, row-invariant) -> graph; null: seen once
-  std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs_;
+  // Keyed by tokens, logit rows, attention tokens per block, row invariance, captured query rows.
+  std::map<std::tuple<int, int, int, bool, int>, cudaGraphExec_t> graphs_;
+  // Query capture for attention observers (QueryCapture): the batch rows to copy, [cap] on the
+  // device, and the copies [n_layer][m][n_head * head_dim]; m of this step (0: none).
+  int32_t* qcap_rows_ = nullptr;
+  float* qcap_ = nullptr;
+  int64_t qcap_cap_ = 0;
+  int qcap_m_ = 0;
 };
 
 Status upload_floats(const std::vector<float>& v, DeviceArena& arena, float** out, cudaStream_t s) {
@@ -854,6 +863,9 @@ Status CudaBackend::upload(const Model& m) {
   weights_.release();
   state_.release();
   buf_ = Buffers{};
+  qcap_rows_ = nullptr;  // freed with the arena
+  qcap_ = nullptr;
+  qcap_cap_ = 0;
   kv_ = KvDev{};
   layers_.clear();
   model_ = nullptr;
@@ -927,6 +939,9 @@ Status CudaBackend::ensure_kv(const KvCacheOptions& o) {
   drop_graphs();
   state_.release();
   buf_ = Buffers{};
+  qcap_rows_ = nullptr;  // freed with the arena
+  qcap_ = nullptr;
+  qcap_cap_ = 0;
   kv_ = KvDev{};
   kv_.n_layer = static_cast<int>(cfg_.n_layer);
   kv_.n_seq = o.n_seq;
@@ -1119,6 +1134,15 @@ void CudaBackend::layer(int il, int n) {
     launch_rms_norm(b.k, L.k_norm, static_cast<int64_t>(n) * nkv, hd, c.rms_eps, b.k, nullptr, s);
   }
   launch_rope_store(b.q, b.k, b.v, n, nh, kv_, il, seq, pos, slot, rope_, s);
+  if (qcap_m_ > 0) {  // the observed rows' rotated queries, gathered as the rows of an F32 matrix
+    DevWeight qw;
+    qw.type = DType::kF32;
+    qw.rows = n;
+    qw.cols = static_cast<int64_t>(nh) * hd;
+    qw.row_stride = qw.cols * 4;
+    qw.data = reinterpret_cast<const uint8_t*>(b.q);
+    launch_get_rows(qw, qcap_rows_, qcap_m_, qcap_ + static_cast<int64_t>(il) * qcap_m_ * qw.cols, s);
+  }
   AttnDev ap;
   ap.n_head = nh;
   ap.n_head_kv = nkv;
@@ -1221,7 +1245,7 @@ cudaGraphExec_t CudaBackend::capture(int n, int n_out) {
 }
 
 Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
-                                        int32_t* greedy) {
+                                        int32_t* greedy, const QueryCapture* queries) {
   if (kv.quantized()) {
     return fail(ErrorCode::kNotSupported, "cuda: quantized KV caches run on the CPU backend only");
   }
@@ -1232,8 +1256,20 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
     trace(1, "upload done");
   }
   FRUGAL_RETURN_IF_ERROR(ensure_kv(kv.options()));
+  if (queries != nullptr && queries->m > 0) {
+    for (int64_t i = 0; i < queries->m; ++i) {
+      if (queries->rows[i] < 0 || queries->rows[i] >= batch.size()) {
+        return fail(ErrorCode::kInvalidArgument, "cuda: captured query row ", queries->rows[i], " of a batch of ",
+                    batch.size(), " tokens");
+      }
+    }
+    if (batch.row_invariant && batch.size() > kRowInvariantTokens) {
+      return fail(ErrorCode::kNotSupported, "cuda: attention observers on a row-invariant step of ", batch.size(),
+                  " tokens (it runs in passes of ", kRowInvariantTokens, ")");
+    }
+  }
   if (!batch.row_invariant || batch.size() <= kRowInvariantTokens) {
-    FRUGAL_RETURN_IF_ERROR(step(batch, logits, greedy));
+    FRUGAL_RETURN_IF_ERROR(step(batch, logits, greedy, queries));
     return true;
   }
   // Passes of kRowInvariantTokens tokens in batch order: a sequence's later tokens see the rows
@@ -1255,17 +1291,34 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
   return true;
 }
 
-Status CudaBackend::step(const Batch& batch, float* logits, int32_t* greedy) {
+Status CudaBackend::ensure_capture(int64_t m) {
+  if (m <= qcap_cap_) return ok_status();
+  drop_graphs();
+  const int64_t cap = std::max<int64_t>(m, 8);
+  FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(cap), &qcap_rows_));
+  FRUGAL_RETURN_IF_ERROR(
+      state_.alloc(static_cast<size_t>(cfg_.n_layer * cap * cfg_.n_head * cfg_.head_dim), &qcap_));
+  qcap_cap_ = cap;
+  return ok_status();
+}
+
+Status CudaBackend::step(const Batch& batch, float* logits, int32_t* greedy, const QueryCapture* queries) {
   const int n = static_cast<int>(batch.size());
   row_invariant_ = batch.row_invariant;
   gemm_.set_row_invariant(row_invariant_);
   FRUGAL_RETURN_IF_ERROR(ensure_buffers(n));
+  qcap_m_ = queries != nullptr ? static_cast<int>(queries->m) : 0;
+  if (qcap_m_ > 0) {
+    FRUGAL_RETURN_IF_ERROR(ensure_capture(qcap_m_));
+    FRUGAL_CUDA(cudaMemcpyAsync(qcap_rows_, queries->rows, static_cast<size_t>(qcap_m_) * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream_));
+  }
   FRUGAL_RETURN_IF_ERROR(apply_keeps(-1));
   int n_out = 0;
   FRUGAL_RETURN_IF_ERROR(prepare(batch, &n_out));
   const bool graph = opts_.graphs && n <= kGraphMaxTokens;
   trace(2, "step: ", n, " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager");
-  const std::tuple<int, int, int, bool> key{n, n_out, attn_tokens_per_block_, row_invariant_};
+  const std::tuple<int, int, int, bool, int> key{n, n_out, attn_tokens_per_block_, row_invariant_, qcap_m_};
   auto it = graphs_.find(key);
   if (graph && it != graphs_.end() && it->second != nullptr) {
     FRUGAL_CUDA(cudaGraphLaunch(it->second, stream_));
@@ -1294,6 +1347,11 @@ Status CudaBackend::step(const Batch& batch, float* logits, int32_t* greedy) {
                                 cudaMemcpyDeviceToHost, stream_));
   } else if (n_out > 0) {
     FRUGAL_CUDA(cudaMemcpyAsync(logits, buf_.logits, static_cast<size_t>(n_out) * cfg_.n_vocab * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream_));
+  }
+  if (qcap_m_ > 0) {
+    FRUGAL_CUDA(cudaMemcpyAsync(queries->out, qcap_,
+                                static_cast<size_t>(cfg_.n_layer * qcap_m_ * cfg_.n_head * cfg_.head_dim) * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
   }
   // A kernel that faults is reported here, by the step's synchronization: name the step's shape.
