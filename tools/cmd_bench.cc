@@ -463,6 +463,13 @@ int bench(const BenchArgs& a) {
         "block selection {:.1f} ms\n",
         sparse::method_name(engine_opts.prefill_sparse.method), ps.sparse_calls, ps.dense_calls, ps.blocks_kept,
         ps.blocks_causal, 100.0 * ps.kept_fraction(), ps.select_ms);
+    if (ps.heads_vertical_slash + ps.heads_query_aware > 0) {
+      std::cerr << fmt::format(
+          "prefill-sparse {}: query heads routed {} vertical-slash, {} query-aware; routing {:.1f} ms (summed over "
+          "threads)\n",
+          sparse::method_name(engine_opts.prefill_sparse.method), ps.heads_vertical_slash, ps.heads_query_aware,
+          ps.route_ms);
+    }
   }
   return 0;
 }

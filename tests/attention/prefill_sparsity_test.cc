@@ -1,5 +1,6 @@
 // Block selection of sparse prefill: the blocks every method must keep, MInference's estimation on
-// inputs with a planted vertical-slash structure, and the options' parsing.
+// inputs with a planted vertical-slash structure, and the options' parsing (FlexPrefill's and
+// CRISP's own tests are flexprefill_test.cc and crisp_test.cc).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -52,7 +53,14 @@ TEST(PrefillSparsity, MaskKeepsSinkAndDiagonalAndIsCausal) {
     o.last_q = 1 + trial * 7;
     o.vertical_size = trial % 4 == 0 ? 0 : 1 + trial;
     o.slash_size = trial % 4 == 0 ? 0 : 1 + 2 * trial;
-    for (Method m : {Method::kNone, Method::kMInference}) {
+    std::uniform_real_distribution<float> unit(0.f, 1.f);
+    o.flex_gamma = trial % 5 == 0 ? 1.f : 0.05f + 0.9f * unit(rng);
+    o.flex_tau = unit(rng);
+    o.crisp_gamma = trial % 5 == 0 ? 1.f : 0.05f + 0.9f * unit(rng);
+    o.crisp_floor = trial % 7 == 0 ? 0.f : 8.f * unit(rng);
+    o.crisp_route = unit(rng);
+    for (Method m : {Method::kNone, Method::kMInference, Method::kFlexPrefill, Method::kCrisp}) {
+      SCOPED_TRACE(std::string("method ") + method_name(m) + ", trial " + std::to_string(trial));
       o.method = m;
       const auto method = make_prefill_sparsity(o);
       BlockMask mask = mask_shape(q_pos0, n_q);
@@ -188,7 +196,8 @@ TEST(PrefillSparsity, OptionParsing) {
   const Status bad = set_option(o, "prefill-sparse", "flexprefil", "--prefill-sparse");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("--prefill-sparse"), std::string::npos) << bad.message();
-  EXPECT_NE(bad.message().find("'flexprefil' is not a prefill sparsity method (none or minference)"), std::string::npos)
+  EXPECT_NE(bad.message().find("'flexprefil' is not a prefill sparsity method (none, minference, flexprefill or crisp)"),
+            std::string::npos)
       << bad.message();
   EXPECT_EQ(o.method, Method::kNone);  // unchanged
   for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{

@@ -23,7 +23,8 @@ const std::vector<std::string> kSharedFlags = {"--threads",  "--device",    "--k
                                                "--kv-seed",  "--kv-quant",  "--kv-memory", "--spec",
                                                "--spec-k",   "--spec-skip", "--spec-candidates", "--spec-rule",
                                                "--draft",    "--draft-memory", "--prefill-sparse", "--sparse-min-blocks",
-                                               "--sparse-last-q", "--sparse-vertical", "--sparse-slash"};
+                                               "--sparse-last-q", "--sparse-vertical", "--sparse-slash", "--flex-gamma",
+                                               "--flex-tau", "--crisp-gamma", "--crisp-floor", "--crisp-route"};
 
 class EngineFlags : public ::testing::Test {
  protected:
@@ -82,10 +83,15 @@ TEST_F(EngineFlags, EveryCommandRefusesABadValueWithTheSameMessage) {
       {"--spec-drafts ngram,,a.gguf", "--spec-drafts: empty entry in 'ngram,,a.gguf'"},
       {"--draft-memory 3Q", "--draft-memory: '3Q' is not a size"},
       {"--spec ngram --draft x.gguf", "--draft: a draft model is for --spec draft, not --spec ngram"},
-      {"--prefill-sparse flexprefill", "--prefill-sparse: 'flexprefill' is not a prefill sparsity method (none or minference)"},
+      {"--prefill-sparse xattention",
+       "--prefill-sparse: 'xattention' is not a prefill sparsity method (none, minference, flexprefill or crisp)"},
       {"--sparse-slash -5", "--sparse-slash: -5 is not in [0, 1073741824]"},
       {"--sparse-last-q abc", "--sparse-last-q: 'abc' is not an integer"},
       {"--sparse-min-blocks 0", "--sparse-min-blocks: 0 is not in [1, 1073741824]"},
+      {"--flex-gamma 0", "--flex-gamma: 0 is not in (0, 1]"},
+      {"--flex-tau 1.5", "--flex-tau: 1.5 is not in [0, 1]"},
+      {"--crisp-floor x", "--crisp-floor: 'x' is not a number"},
+      {"--crisp-route 2", "--crisp-route: 2 is not in [0, 1]"},
   };
   for (const auto& cmd : kCommands) {
     for (const auto& c : cases) {

@@ -125,7 +125,8 @@ std::vector<std::string> generate_option_names() {
           "kv-policy", "kv-budget", "kv-budget-of", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant",
           "kv-memory", "spec", "spec-k", "spec-skip", "spec-candidates", "spec-rule", "spec-confidence",
           "spec-skip-set", "spec-seed", "spec-search-every", "draft", "draft-memory", "prefill-sparse",
-          "sparse-min-blocks", "sparse-last-q", "sparse-vertical", "sparse-slash"};
+          "sparse-min-blocks", "sparse-last-q", "sparse-vertical", "sparse-slash", "flex-gamma", "flex-tau",
+          "crisp-gamma", "crisp-floor", "crisp-route"};
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value,

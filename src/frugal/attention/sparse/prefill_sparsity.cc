@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 
+#include "frugal/attention/sparse/crisp.h"
+#include "frugal/attention/sparse/flexprefill.h"
 #include "frugal/attention/sparse/minference.h"
 
 namespace frugal::sparse {
@@ -30,12 +33,29 @@ Result<int32_t> parse_count(const std::string& label, const std::string& value, 
   return v;
 }
 
+// A real number in [min, max], or (min, max] when min_open.
+Result<float> parse_real(const std::string& label, const std::string& value, double min, double max, bool min_open) {
+  double v = 0;
+  const char* end = value.data() + value.size();
+  const auto [p, ec] = std::from_chars(value.data(), end, v);
+  if (value.empty() || ec != std::errc() || p != end || !std::isfinite(v)) {
+    return error(ErrorCode::kInvalidArgument, "{}: '{}' is not a number", label, value);
+  }
+  if ((min_open ? v <= min : v < min) || v > max) {
+    return error(ErrorCode::kInvalidArgument, "{}: {} is not in {}{}, {}]", label, value, min_open ? "(" : "[", min,
+                 max);
+  }
+  return static_cast<float>(v);
+}
+
 }  // namespace
 
 const char* method_name(Method m) {
   switch (m) {
     case Method::kNone: return "none";
     case Method::kMInference: return "minference";
+    case Method::kFlexPrefill: return "flexprefill";
+    case Method::kCrisp: return "crisp";
   }
   return "?";
 }
@@ -43,11 +63,15 @@ const char* method_name(Method m) {
 Result<Method> parse_method(const std::string& value) {
   if (value == "none") return Method::kNone;
   if (value == "minference") return Method::kMInference;
-  return error(ErrorCode::kInvalidArgument, "'{}' is not a prefill sparsity method (none or minference)", value);
+  if (value == "flexprefill") return Method::kFlexPrefill;
+  if (value == "crisp") return Method::kCrisp;
+  return error(ErrorCode::kInvalidArgument,
+               "'{}' is not a prefill sparsity method (none, minference, flexprefill or crisp)", value);
 }
 
 std::vector<std::string> option_names() {
-  return {"prefill-sparse", "sparse-min-blocks", "sparse-last-q", "sparse-vertical", "sparse-slash"};
+  return {"prefill-sparse", "sparse-min-blocks", "sparse-last-q", "sparse-vertical", "sparse-slash",
+          "flex-gamma",     "flex-tau",          "crisp-gamma",   "crisp-floor",     "crisp-route"};
 }
 
 bool is_option(const std::string& name) {
@@ -78,6 +102,26 @@ Status set_option(PrefillSparseOptions& o, const std::string& name, const std::s
   }
   if (name == "sparse-slash") {
     FRUGAL_ASSIGN_OR_RETURN(o.slash_size, parse_count(label, value, 0, kMax));
+    return ok_status();
+  }
+  if (name == "flex-gamma") {
+    FRUGAL_ASSIGN_OR_RETURN(o.flex_gamma, parse_real(label, value, 0, 1, true));
+    return ok_status();
+  }
+  if (name == "flex-tau") {
+    FRUGAL_ASSIGN_OR_RETURN(o.flex_tau, parse_real(label, value, 0, 1, false));
+    return ok_status();
+  }
+  if (name == "crisp-gamma") {
+    FRUGAL_ASSIGN_OR_RETURN(o.crisp_gamma, parse_real(label, value, 0, 1, true));
+    return ok_status();
+  }
+  if (name == "crisp-floor") {
+    FRUGAL_ASSIGN_OR_RETURN(o.crisp_floor, parse_real(label, value, 0, 1e6, false));
+    return ok_status();
+  }
+  if (name == "crisp-route") {
+    FRUGAL_ASSIGN_OR_RETURN(o.crisp_route, parse_real(label, value, 0, 1, false));
     return ok_status();
   }
   return error(ErrorCode::kInvalidArgument, "{}: not a sparse prefill option", label);
@@ -116,6 +160,8 @@ int64_t causal_blocks(const BlockMask& mask) {
 std::unique_ptr<PrefillSparsity> make_prefill_sparsity(const PrefillSparseOptions& o) {
   switch (o.method) {
     case Method::kMInference: return std::make_unique<MInference>(o);
+    case Method::kFlexPrefill: return std::make_unique<FlexPrefill>(o);
+    case Method::kCrisp: return std::make_unique<Crisp>(o);
     case Method::kNone: break;
   }
   return std::make_unique<Dense>();

@@ -21,10 +21,10 @@ namespace frugal::sparse {
 
 inline constexpr int kSparseBlock = 64;  // queries and keys per block
 
-enum class Method { kNone, kMInference };
+enum class Method { kNone, kMInference, kFlexPrefill, kCrisp };
 
 const char* method_name(Method m);
-// "none" or "minference"; anything else is refused with a message listing both.
+// "none", "minference", "flexprefill" or "crisp"; anything else is refused with a message listing them.
 Result<Method> parse_method(const std::string& value);
 
 struct PrefillSparseOptions {
@@ -32,12 +32,22 @@ struct PrefillSparseOptions {
   // A chunk whose sequence has fewer keys than min_blocks blocks runs dense (the blocks the
   // method must keep anyway are most of a short prompt).
   int32_t min_blocks = 4;
-  // MInference: queries at the end of the chunk whose attention is estimated.
+  // MInference, FlexPrefill, CRISP: queries at the end of the chunk whose attention is estimated.
   int32_t last_q = 64;
   // MInference: vertical (key) and slash (diagonal offset) indices kept per query head; 0 scales
   // the paper's 1000 and 6096 at 128k keys to the sequence's length (at least 30 and 50).
   int32_t vertical_size = 0;
   int32_t slash_size = 0;
+  // FlexPrefill: the share of the estimated attention the chosen indices or blocks cover (gamma),
+  // and the square-root Jensen-Shannon divergence below which a head is query-aware (tau).
+  float flex_gamma = 0.9f;
+  float flex_tau = 0.1f;
+  // CRISP: the share of the non-sink mass covered at most (gamma), the multiple of the uniform
+  // background an index or block needs to be kept (floor), and the structural mass C_struct from
+  // which a head is vertical-slash (route).
+  float crisp_gamma = 1.f;
+  float crisp_floor = 4.f;
+  float crisp_route = 0.5f;
 };
 
 // What sparse prefill did, summed over attention calls (one per layer and prefill chunk).
@@ -47,11 +57,17 @@ struct PrefillSparseStats {
   int64_t blocks_kept = 0;    // (query block, key block, KV head) triples computed by the sparse calls
   int64_t blocks_causal = 0;  // the triples dense attention would have computed in those calls
   double select_ms = 0;       // time spent choosing the blocks (keys read back plus the method)
+  // FlexPrefill and CRISP: query heads routed each way, and the time the routing took (summed over
+  // the threads that ran it, so up to threads x the wall time it took).
+  int64_t heads_vertical_slash = 0;
+  int64_t heads_query_aware = 0;
+  double route_ms = 0;
   double kept_fraction() const { return blocks_causal > 0 ? static_cast<double>(blocks_kept) / blocks_causal : 1.0; }
 };
 
 // Option names as the CLI spells them (without "--"): prefill-sparse, sparse-min-blocks,
-// sparse-last-q, sparse-vertical, sparse-slash.
+// sparse-last-q, sparse-vertical, sparse-slash, flex-gamma, flex-tau, crisp-gamma, crisp-floor,
+// crisp-route.
 std::vector<std::string> option_names();
 bool is_option(const std::string& name);
 // Sets one option from its text; `label` names it in messages ("--sparse-slash: ...").
@@ -88,11 +104,14 @@ struct BlockMask {
 BlockMask mask_shape(int32_t q_pos0, int32_t n_q);
 
 // Reused buffers of one worker: a method grows them as it needs, so a steady state allocates
-// nothing.
+// nothing. The counters are the worker's routing tallies; the backend sums and clears them.
 struct Scratch {
   std::vector<float> f;
   std::vector<int32_t> i;
   std::vector<uint8_t> b;
+  int64_t heads_vertical_slash = 0;
+  int64_t heads_query_aware = 0;
+  double route_ms = 0;
 };
 
 class PrefillSparsity {

@@ -210,6 +210,13 @@ void CpuBackend::select_sparse_blocks(const float* q, const KvCache& kv, int lay
     sparse_stats_.blocks_causal += sparse::causal_blocks(h.shape);
   }
   sparse_stats_.sparse_calls += calls;
+  for (sparse::Scratch& sc : sparse_scratch_) {
+    sparse_stats_.heads_vertical_slash += sc.heads_vertical_slash;
+    sparse_stats_.heads_query_aware += sc.heads_query_aware;
+    sparse_stats_.route_ms += sc.route_ms;
+    sc.heads_vertical_slash = sc.heads_query_aware = 0;
+    sc.route_ms = 0;
+  }
   sparse_stats_.select_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
