@@ -241,9 +241,9 @@ TEST(CudaEviction, EnginePoliciesDecodeAsOnTheCpu) {
   std::printf("%zu requests, %lld eviction rounds on the GPU\n", reqs.size(), static_cast<long long>(rounds));
 }
 
-// The policy that accumulates attention over the whole generation (h2o) is refused on the GPU with
-// a message naming it, per request and as the engine's default; the others are accepted.
-TEST(CudaEviction, AccumulatingPolicyIsRefusedByName) {
+// KV quantization is refused on the GPU with a message naming it, per request and as the engine's
+// default; every policy is accepted.
+TEST(CudaEviction, QuantizedCacheIsRefusedEveryPolicyAccepted) {
   SKIP_WITHOUT_GPU();
   if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
   auto model = Model::load(default_model());
@@ -258,7 +258,7 @@ TEST(CudaEviction, AccumulatingPolicyIsRefusedByName) {
   o.telemetry_period_s = 0;
   auto e = Engine::create(**model, **tok, **gpu, o);
   ASSERT_TRUE(e.ok()) << e.status().message();
-  for (const char* p : {"h2o", "snapkv", "tova", "rkv"}) {
+  for (const char* p : {"window", "random", "snapkv", "h2o", "tova", "rkv"}) {
     RequestOptions r;
     r.prompt = {1, 5, 9};
     r.max_tokens = 4;
@@ -267,16 +267,23 @@ TEST(CudaEviction, AccumulatingPolicyIsRefusedByName) {
     kv.budget = 100;
     r.kv = kv;
     auto h = (*e)->submit(r);
-    if (std::string(p) == "h2o") {
-      ASSERT_FALSE(h.ok()) << p;
-      EXPECT_EQ(h.status().code(), ErrorCode::kNotSupported);
-      EXPECT_NE(h.status().message().find(p), std::string::npos) << h.status().message();
-    } else {
-      EXPECT_TRUE(h.ok()) << p << ": " << h.status().message();
-    }
+    EXPECT_TRUE(h.ok()) << p << ": " << h.status().message();
   }
+  RequestOptions r;
+  r.prompt = {1, 5, 9};
+  r.max_tokens = 4;
+  KvPolicyOptions kv;
+  kv.policy = "snapkv";
+  kv.budget = 100;
+  kv.quant = KvQuant::kInt8;
+  r.kv = kv;
+  auto h = (*e)->submit(r);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), ErrorCode::kNotSupported);
+  EXPECT_NE(h.status().message().find("int8"), std::string::npos) << h.status().message();
   o.kv.policy = "h2o";
   o.kv.budget = 100;
+  o.kv.quant = KvQuant::kInt4;
   EXPECT_EQ(Engine::create(**model, **tok, **gpu, o).status().code(), ErrorCode::kNotSupported);
 }
 
@@ -369,7 +376,7 @@ TEST(CudaEviction, ObserverGetsTheQueriesOfTheCpuPass) {
   }
 }
 
-// The scored policies (snapkv, tova, rkv) decode on the GPU: every request finishes with the rounds
+// The scored policies (snapkv, h2o, tova, rkv) decode on the GPU: every request finishes with the rounds
 // it takes on the CPU, and its tokens are the CPU's for most requests. The kept tokens come from
 // scores of queries and keys whose values differ from the CPU's by float rounding, so a near-tie in
 // a round may keep another token and the generations part from there: not every request must
@@ -402,7 +409,7 @@ TEST(CudaEviction, ScoredPoliciesDecodeAsOnTheCpu) {
     std::string what;
   };
   std::vector<Req> reqs;
-  for (const char* policy : {"snapkv", "tova", "rkv"}) {
+  for (const char* policy : {"snapkv", "h2o", "tova", "rkv"}) {
     for (int i = 0; i < 6; ++i) {
       eval::TaskOptions to;
       to.length = 256;

@@ -29,18 +29,9 @@ Status device_kv_supports(const KvPolicyOptions& kv, const std::string& backend)
                  "F16 cache in slots of its own",
                  kv_quant_name(kv.quant), backend);
   }
-  FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<KvPolicy> p, make_kv_policy(kv.policy));
-  // Keys are read back from the device's rows, queries copied back by the pass (QueryCapture); the
-  // per-token statistics that accumulate attention over the whole generation (h2o) have no place
-  // in the device cache's token tables.
-  const KvPolicyNeeds n = p->needs();
-  if (n.accumulated) {
-    return error(ErrorCode::kNotSupported,
-                 "kv policy '{}' scores tokens by accumulated attention and runs on the cpu backend; on the {} "
-                 "backend every other policy runs (full, window, random, snapkv, tova, rkv)",
-                 kv.policy, backend);
-  }
-  return ok_status();
+  // Every policy runs there: keys are read back from the device's rows, queries copied back by the
+  // pass (QueryCapture), and h2o's per-token statistics kept beside the host mirror of positions.
+  return make_kv_policy(kv.policy).status();
 }
 
 }  // namespace frugal

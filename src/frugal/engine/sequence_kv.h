@@ -42,9 +42,8 @@ Result<std::unique_ptr<SequenceKv>> make_sequence_kv(const Model& model, const K
 // cache without a memory budget, which is what the engine's shared sequence slots hold.
 bool needs_own_kv(const KvPolicyOptions& kv);
 // Whether a backend that keeps its own F16 cache (`backend`: its name) can run these KV options:
-// eviction by a policy that reads only positions (window, random) runs there; KV quantization,
-// a per-sequence kv-memory and policies that read keys or attention (snapkv, h2o, tova, rkv) run
-// on the cpu backend, and the refusal says so.
+// eviction by every policy runs there; KV quantization and a per-sequence kv-memory run on the cpu
+// backend, and the refusal says so.
 Status device_kv_supports(const KvPolicyOptions& kv, const std::string& backend);
 
 }  // namespace frugal

@@ -781,6 +781,11 @@ class CudaBackend final : public Backend {
       return static_cast<uint64_t>(b_.seq_pos_[static_cast<size_t>(seq)].size()) * b_.kv_.n_layer *
              b_.kv_.n_head_kv * b_.kv_.head_dim * 2 * sizeof(__half);
     }
+    bool enable_token_stats() override {
+      b_.stats_on_ = true;
+      return true;
+    }
+    float* token_stats(int layer, int seq, int head) override { return b_.head_token_stats(layer, seq, head); }
 
    private:
     CudaBackend& b_;
@@ -788,6 +793,9 @@ class CudaBackend final : public Backend {
   const std::vector<int32_t>* head_positions(int layer, int seq, int head) const;
   void read_head_rows(int layer, int seq, int head, float* k, float* v);
   Status keep_head_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots);
+  // The per-token statistics of one head (host memory, beside the position mirror), one float per
+  // token it holds, new tokens at 0; null until a policy enabled them.
+  float* head_token_stats(int layer, int seq, int head);
   // Runs the compaction queued for `seq` (or for every sequence with seq < 0) on the step stream.
   Status apply_keeps(int seq);
   Status upload(const Model& m);
@@ -831,6 +839,10 @@ class CudaBackend final : public Backend {
   // sequence (empty before: every head holds seq_pos_), and the compaction queued since the last
   // step (device slots kept, in order; empty: none for that head).
   std::vector<std::vector<std::vector<int32_t>>> head_pos_, keep_;
+  // H2O's accumulated attention per token: [seq][layer * KV head][token], kept in step with the
+  // position mirror (thinned by keep_head_tokens, cut by a sequence's restart).
+  bool stats_on_ = false;
+  std::vector<std::vector<std::vector<float>>> head_stats_;
   int32_t* keep_map_ = nullptr;   // device [n_layer * n_head_kv][kept]: one sequence's compaction
   int32_t* keep_host_ = nullptr;  // its pinned host staging (n_layer * n_head_kv * capacity)
   std::vector<char> keep_dirty_;  // [seq]: a compaction is queued
@@ -961,6 +973,7 @@ Status CudaBackend::ensure_kv(const KvCacheOptions& o) {
   FRUGAL_RETURN_IF_ERROR(state_.alloc(heads * o.capacity, &keep_map_));
   seq_pos_.assign(static_cast<size_t>(o.n_seq), {});
   head_pos_.assign(static_cast<size_t>(o.n_seq), {});
+  head_stats_.assign(static_cast<size_t>(o.n_seq), {});
   keep_.assign(static_cast<size_t>(o.n_seq), {});
   keep_dirty_.assign(static_cast<size_t>(o.n_seq), 0);
   if (keep_host_ != nullptr) cudaFreeHost(keep_host_);
@@ -1055,6 +1068,9 @@ Status CudaBackend::prepare(const Batch& b, int* n_out) {
     auto& heads = head_pos_[static_cast<size_t>(s)];
     if (keep == 0) heads.clear();  // a fresh start: every head holds the same tokens again
     for (auto& hp : heads) hp.resize(keep);
+    for (auto& st : head_stats_[static_cast<size_t>(s)]) {
+      if (st.size() > keep) st.resize(keep);
+    }
   }
   const int64_t cap = buf_.cap;
   int32_t* tokens = pinned_;
@@ -1465,7 +1481,25 @@ Status CudaBackend::keep_head_tokens(int layer, int seq, int head, const std::ve
   hp.resize(slots.size());
   pending.resize(slots.size());
   keep_dirty_[static_cast<size_t>(seq)] = 1;
+  auto& stats_all = head_stats_[static_cast<size_t>(seq)];
+  if (stats_all.size() == heads) {
+    std::vector<float>& st = stats_all[idx];
+    st.resize(static_cast<size_t>(n), 0.f);  // tokens appended since the last read start at 0
+    for (size_t i = 0; i < slots.size(); ++i) st[i] = st[static_cast<size_t>(slots[i])];
+    st.resize(slots.size());
+  }
   return ok_status();
+}
+
+float* CudaBackend::head_token_stats(int layer, int seq, int head) {
+  const std::vector<int32_t>* cur = head_positions(layer, seq, head);
+  if (!stats_on_ || cur == nullptr) return nullptr;
+  const size_t heads = static_cast<size_t>(kv_.n_layer) * kv_.n_head_kv;
+  auto& stats_all = head_stats_[static_cast<size_t>(seq)];
+  if (stats_all.size() != heads) stats_all.assign(heads, {});
+  std::vector<float>& st = stats_all[static_cast<size_t>(layer) * kv_.n_head_kv + head];
+  st.resize(cur->size(), 0.f);
+  return st.data();
 }
 
 Status CudaBackend::apply_keeps(int only) {
