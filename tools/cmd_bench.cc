@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/attention/tilemix/int8_tile.h"
 #include "frugal/engine/timings_json.h"
 #include "frugal/engine/work.h"
 #include "frugal/quant/type_traits.h"
@@ -273,6 +274,7 @@ int bench(const BenchArgs& a) {
   if (!made.ok()) return fail(cmd, made.status().message());
   auto be = std::move(*made);
   if (Status st = be->set_prefill_sparse(engine_opts.prefill_sparse); !st.ok()) return fail(cmd, st.message());
+  if (Status st = be->set_tilemix(engine_opts.tilemix); !st.ok()) return fail(cmd, st.message());
   std::mt19937 rng(1234);
   CacheSpec cs;
   cs.dtype = engine_opts.kv_dtype;
@@ -470,6 +472,14 @@ int bench(const BenchArgs& a) {
           sparse::method_name(engine_opts.prefill_sparse.method), ps.heads_vertical_slash, ps.heads_query_aware,
           ps.route_ms);
     }
+  }
+  if (engine_opts.tilemix.enabled()) {
+    const tilemix::TileMixStats ts = be->tilemix_stats();
+    std::cerr << fmt::format(
+        "tilemix {}: {} routed (layer, chunk) calls, {} float fallbacks, {} of {} tiles INT8 ({:.1f}%), routing "
+        "{:.1f} ms, int8 dot: {}\n",
+        engine_opts.tilemix.int8_fraction, ts.routed_calls, ts.float_calls, ts.tiles_int8, ts.tiles_total,
+        100.0 * ts.int8_share(), ts.route_ms, tilemix::int8_dot_path());
   }
   return 0;
 }

@@ -94,6 +94,7 @@ int serve(const ServeArgs& a) {
   // The default of every request; one may opt out ("speculative": false, docs/speculative.md).
   eo.spec = engine_opts.spec;
   eo.prefill_sparse = engine_opts.prefill_sparse;
+  eo.tilemix = engine_opts.tilemix;
   const std::string id = a.alias.empty() ? std::filesystem::path(*path).stem().string() : a.alias;
 
   server::Metrics metrics(id);

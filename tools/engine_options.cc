@@ -97,6 +97,12 @@ constexpr FlagRow kFlags[] = {
     {"crisp-route", "--crisp-route", "FLOAT",
      "crisp: a head is vertical-slash when this share of its non-sink mass is on peaked keys or diagonals, in [0, 1]",
      "0.5"},
+    {"tilemix-int8", "--tilemix-int8", "FLOAT",
+     "TileMix: fraction of each prefill chunk's 64x64 score tiles computed in INT8, those with the smallest predicted "
+     "error (0: float attention, 1: uniform INT8 scores), in [0, 1]; cpu backend",
+     "0"},
+    {"tilemix-min-blocks", "--tilemix-min-blocks", "INT",
+     "TileMix: sequences with fewer keys than this many 64-token tiles run float", "4"},
     {"draft", "--draft", "TEXT", "draft model GGUF with the target's vocabulary (implies --spec draft)", nullptr},
     {"draft-memory", "--draft-memory", "TEXT",
      "memory budget of the draft model, weights + its KV cache, e.g. 64MiB (default: smaller than the target; "

@@ -75,6 +75,25 @@ TEST_F(RecordSchema, RunJsonWithSparsePrefill) {
   EXPECT_EQ(ps["sparse_calls"], 0);
 }
 
+TEST_F(RecordSchema, RunJsonWithTileMix) {
+  // A prompt too short for TileMix's tiles: it runs float and the record says so.
+  const CmdResult r =
+      run_frugal("run -m " + *model_ + " -p 'a b c' -n 2 --temp 0 --ignore-eos --json -t 1 --tilemix-int8 0.5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(schema().validate(j["timings"]), "") << j["timings"].dump(1);
+  const json& tm = j["timings"]["tilemix"];
+  EXPECT_EQ(tm["int8_fraction"], 0.5);
+  EXPECT_TRUE(tm["short_prompt_float"].get<bool>());
+  EXPECT_EQ(tm["routed_calls"], 0);
+  EXPECT_EQ(tm["tiles_int8"], 0);
+  // Out of range: refused, naming the flag and its range.
+  const CmdResult bad = run_frugal("run -m " + *model_ + " -p 'a b c' -n 2 -t 1 --tilemix-int8 1.5");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--tilemix-int8"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("[0, 1]"), std::string::npos) << bad.err;
+}
+
 TEST_F(RecordSchema, BenchJson) {
   const CmdResult r = run_frugal("bench -m " + *model_ + " -p 16 -n 4 -r 2 -t 1 --no-roofline --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

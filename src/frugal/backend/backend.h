@@ -8,6 +8,7 @@
 #include <string>
 
 #include "frugal/attention/sparse/prefill_sparsity.h"
+#include "frugal/attention/tilemix/tilemix.h"
 #include "frugal/core/attention_params.h"
 #include "frugal/core/dtype.h"
 #include "frugal/core/status.h"
@@ -97,6 +98,16 @@ class Backend {
   }
   // What sparse prefill did since the backend was made (zeros without it).
   virtual sparse::PrefillSparseStats prefill_sparse_stats() const { return {}; }
+  // TileMix (attention/tilemix/tilemix.h): from now on, the given fraction of each prefill
+  // chunk's score tiles is computed in INT8. The default backend has no mixed-precision kernel and
+  // refuses every fraction but 0.
+  virtual Status set_tilemix(const tilemix::TileMixOptions& o) {
+    if (!o.enabled()) return ok_status();
+    return error(ErrorCode::kNotSupported, "--tilemix-int8 {}: the {} backend has no mixed-precision attention",
+                 o.int8_fraction, name());
+  }
+  // What TileMix did since the backend was made (zeros without it).
+  virtual tilemix::TileMixStats tilemix_stats() const { return {}; }
   virtual void matmul(const WeightTensor& w, const float* x, int64_t n, float* y,
                       const float* bias = nullptr) = 0;
   // y[i][:] = W[ids[i]][:] as floats; y [n][w.cols].

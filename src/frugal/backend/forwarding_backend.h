@@ -15,6 +15,8 @@ class ForwardingBackend : public Backend {
   uint64_t contended_dispatches() const override { return inner_.contended_dispatches(); }
   Status set_prefill_sparse(const sparse::PrefillSparseOptions& o) override { return inner_.set_prefill_sparse(o); }
   sparse::PrefillSparseStats prefill_sparse_stats() const override { return inner_.prefill_sparse_stats(); }
+  Status set_tilemix(const tilemix::TileMixOptions& o) override { return inner_.set_tilemix(o); }
+  tilemix::TileMixStats tilemix_stats() const override { return inner_.tilemix_stats(); }
   void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override {
     inner_.matmul(w, x, n, y, bias);
   }

@@ -112,6 +112,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
   }
   FRUGAL_RETURN_IF_ERROR(validate(opts.kv));
   FRUGAL_RETURN_IF_ERROR(backend.set_prefill_sparse(opts.prefill_sparse));
+  FRUGAL_RETURN_IF_ERROR(backend.set_tilemix(opts.tilemix));
   const bool paged = backend.name() == "cpu";
   if (!paged) FRUGAL_RETURN_IF_ERROR(device_kv_supports(opts.kv, backend.name()));
   if (opts.batch_invariant && !paged) {

@@ -59,6 +59,8 @@ struct EngineOptions {
   speculative::SpeculativeOptions spec;
   // Sparse prefill attention, set on the backend when the engine is made (none: dense).
   sparse::PrefillSparseOptions prefill_sparse;
+  // TileMix INT8 score tiles, set on the backend when the engine is made (fraction 0: float).
+  tilemix::TileMixOptions tilemix;
 };
 
 struct EngineStats {

@@ -39,6 +39,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   eo.kv = opts.kv_policy;
   eo.spec = opts.spec;
   eo.prefill_sparse = opts.prefill_sparse;
+  eo.tilemix = opts.tilemix;
   FRUGAL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, tok, backend, eo));
   RequestOptions req;
   req.prompt = prompt;
@@ -48,6 +49,7 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   req.ignore_eos = opts.ignore_eos;
   if (opts.spec.method != speculative::Method::kNone) req.speculative = true;
   const sparse::PrefillSparseStats sparse_before = backend.prefill_sparse_stats();
+  const tilemix::TileMixStats mix_before = backend.tilemix_stats();
   FRUGAL_ASSIGN_OR_RETURN(std::shared_ptr<RequestHandle> handle, engine->submit(std::move(req)));
 
   RequestUpdate u;
@@ -75,6 +77,18 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   res.timings.prefill_sparse_method = sparse::method_name(opts.prefill_sparse.method);
   res.timings.prefill_sparse_short_prompt =
       static_cast<int64_t>(prompt.size()) < static_cast<int64_t>(opts.prefill_sparse.min_blocks) * sparse::kSparseBlock;
+  if (opts.tilemix.enabled()) {
+    const tilemix::TileMixStats mix_after = backend.tilemix_stats();
+    tilemix::TileMixStats& tm = res.timings.tilemix;
+    tm.routed_calls = mix_after.routed_calls - mix_before.routed_calls;
+    tm.float_calls = mix_after.float_calls - mix_before.float_calls;
+    tm.tiles_int8 = mix_after.tiles_int8 - mix_before.tiles_int8;
+    tm.tiles_total = mix_after.tiles_total - mix_before.tiles_total;
+    tm.route_ms = mix_after.route_ms - mix_before.route_ms;
+    res.timings.tilemix_int8 = opts.tilemix.int8_fraction;
+    res.timings.tilemix_short_prompt =
+        static_cast<int64_t>(prompt.size()) < static_cast<int64_t>(opts.tilemix.min_blocks) * sparse::kSparseBlock;
+  }
   res.kv_bytes = f.kv_bytes;
   res.kv_eviction = f.kv;
   res.speculative = f.speculative;
@@ -121,18 +135,21 @@ Result<uint64_t> parse_u64(const std::string& label, const std::string& value) {
 }  // namespace
 
 std::vector<std::string> generate_option_names() {
-  return {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
+  std::vector<std::string> names = {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
           "kv-policy", "kv-budget", "kv-budget-of", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant",
           "kv-memory", "spec", "spec-k", "spec-skip", "spec-candidates", "spec-rule", "spec-confidence",
           "spec-skip-set", "spec-seed", "spec-search-every", "draft", "draft-memory", "prefill-sparse",
           "sparse-min-blocks", "sparse-last-q", "sparse-vertical", "sparse-slash", "flex-gamma", "flex-tau",
           "crisp-gamma", "crisp-floor", "crisp-route"};
+  for (const std::string& n : tilemix::option_names()) names.push_back(n);
+  return names;
 }
 
 Status set_generate_option(GenerateOptions& o, const std::string& name, const std::string& value,
                            const std::string& label_or_empty) {
   const std::string label = label_or_empty.empty() ? "option " + name : label_or_empty;
   if (sparse::is_option(name)) return sparse::set_option(o.prefill_sparse, name, value, label);
+  if (tilemix::is_option(name)) return tilemix::set_option(o.tilemix, name, value, label);
   if (name == "kv-type") {
     if (value == "f16") o.kv_dtype = DType::kF16;
     else if (value == "f32") o.kv_dtype = DType::kF32;
@@ -306,6 +323,7 @@ std::string describe_generate_options(const GenerateOptions& o) {
   }
   if (k.quant != KvQuant::kNone) kv += fmt::format(" kv-quant={}", kv_quant_name(k.quant));
   if (k.memory > 0) kv += fmt::format(" kv-memory={}", k.memory);
+  if (o.tilemix.enabled()) kv += fmt::format(" tilemix-int8={}", o.tilemix.int8_fraction);
   if (o.spec.method != speculative::Method::kNone) {
     kv += fmt::format(" spec={} spec-k={}", speculative::method_name(o.spec.method), o.spec.k);
     if (o.spec.method == speculative::Method::kDraft) kv += fmt::format(" draft={}", o.spec.draft_path);

@@ -34,6 +34,8 @@ struct GenerateOptions {
   speculative::SpeculativeOptions spec;
   // Sparse prefill attention (method none: dense); handed to the backend by the engine.
   sparse::PrefillSparseOptions prefill_sparse;
+  // TileMix mixed-precision prefill attention (fraction 0: float); handed to the backend by the engine.
+  tilemix::TileMixOptions tilemix;
 };
 
 struct GenerateResult {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "frugal/attention/sparse/prefill_sparsity.h"
+#include "frugal/attention/tilemix/tilemix.h"
 #include "frugal/decode/sampler.h"
 #include "frugal/decode/stop.h"
 #include "frugal/engine/json_constraint.h"
@@ -43,6 +44,11 @@ struct Timings {
   std::string prefill_sparse_method;
   sparse::PrefillSparseStats prefill_sparse;
   bool prefill_sparse_short_prompt = false;  // the prompt had fewer keys than min_blocks blocks: all dense
+  // TileMix (`frugal run`/`eval`; fraction 0: not recorded): tiles computed in INT8, and the
+  // prefill chunks that fell back to float.
+  double tilemix_int8 = 0;
+  tilemix::TileMixStats tilemix;
+  bool tilemix_short_prompt = false;  // the prompt had fewer keys than min_blocks tiles: all float
   double prefill_tok_s() const { return prefill_ms > 0 ? prefill_tokens * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const { return decode_ms > 0 ? decode_tokens * 1000.0 / decode_ms : 0; }
 };

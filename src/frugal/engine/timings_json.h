@@ -97,6 +97,17 @@ Json timings_json(const Timings& t) {
     ps["select_ms"] = t.prefill_sparse.select_ms;
     j["prefill_sparse"] = std::move(ps);
   }
+  if (t.tilemix_int8 > 0) {
+    Json tm;
+    tm["int8_fraction"] = t.tilemix_int8;
+    tm["routed_calls"] = t.tilemix.routed_calls;
+    tm["float_fallback_calls"] = t.tilemix.float_calls;
+    tm["short_prompt_float"] = t.tilemix_short_prompt;
+    tm["tiles_int8"] = t.tilemix.tiles_int8;
+    tm["tiles_total"] = t.tilemix.tiles_total;
+    tm["route_ms"] = t.tilemix.route_ms;
+    j["tilemix"] = std::move(tm);
+  }
   Json phases;
   phases["prefill"] = timings_detail::phase_json<Json>(t.prefill, t.prefill_tokens, t.cost);
   phases["decode"] = timings_detail::phase_json<Json>(t.decode, t.decode_tokens, t.cost);

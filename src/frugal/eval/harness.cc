@@ -52,6 +52,9 @@ Result<std::vector<float>> teacher_forced_logits(Model& model, Backend& backend,
     return error(ErrorCode::kInvalidArgument, "teacher forcing needs 0 < context ({}) < tokens ({})", n_context,
                  tokens.size());
   }
+  // The attention options of this configuration, not those the last generate() left on the backend.
+  FRUGAL_RETURN_IF_ERROR(backend.set_prefill_sparse(gen.prefill_sparse));
+  FRUGAL_RETURN_IF_ERROR(backend.set_tilemix(gen.tilemix));
   const size_t nv = static_cast<size_t>(model.config().n_vocab);
   SequenceKvShape shape;
   shape.prompt_len = static_cast<int32_t>(n_context);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "frugal/attention/tilemix/int8_tile.h"
 #include "frugal/backend/cpu/cpu_backend.h"
 #include "frugal/backend/cpu/simd_ops.h"
 #include "frugal/kv/kv_cache.h"
@@ -33,7 +34,58 @@ struct AttentionJob {
   const AlignedBuffer* scratch;  // [thread]
   bool row_invariant;            // one-token tiles, each seeing only the keys up to its position
   const uint8_t* masks;          // sparse prefill's key-block rows (AttentionItem::mask)
+  // TileMix (AttentionItem::route, ::mix)
+  const uint8_t* routes;
+  const TileMixHead* mix_heads;
+  const int8_t* codes;
+  const float* scales;
+  const int32_t* sums;
 };
+
+struct TileMixJob {
+  const float* q;
+  const KvCache* kv;
+  int layer;
+  const AttentionParams* p;
+  const int32_t* pos;
+  const tilemix::TileRouter* router;
+  double fraction;
+  TileMixHead* heads;
+  float* keys;
+  int8_t* codes;
+  float* scales;
+  int32_t* sums;
+  uint8_t* routes;
+  const uint8_t* sparse_masks;
+  tilemix::RouteScratch* scratch;  // [thread]
+};
+
+// Reads one (chunk, KV head)'s keys back as floats, quantizes them to int8 codes and routes its tiles.
+void tilemix_route_task(void* ctx, int64_t b, int64_t e, int thread) {
+  const TileMixJob& j = *static_cast<const TileMixJob*>(ctx);
+  const AttentionParams& p = *j.p;
+  const int n_rep = p.n_head / p.n_head_kv;
+  const int64_t token_stride = static_cast<int64_t>(p.n_head) * p.head_dim;
+  for (int64_t i = b; i < e; ++i) {
+    TileMixHead& h = j.heads[i];
+    float* k = j.keys + h.key_off;
+    j.kv->read_rows(j.layer, h.seq, h.group, k, nullptr);  // every row: n_k of them (checked by the caller)
+    tilemix::quantize_keys(k, h.n_k, p.head_dim, j.codes + h.key_off, j.scales + h.scale_off, j.sums + h.scale_off);
+    sparse::HeadInput in;
+    in.q = j.q + h.t0 * token_stride + static_cast<int64_t>(h.group) * n_rep * p.head_dim;
+    in.token_stride = token_stride;
+    in.n_rep = n_rep;
+    in.n_q = h.nt;
+    in.q_pos0 = j.pos[h.t0];
+    in.k = k;
+    in.n_k = h.n_k;
+    in.head_dim = p.head_dim;
+    in.scale = p.scale;
+    const uint8_t* keep = h.sparse_off >= 0 ? j.sparse_masks + h.sparse_off : nullptr;
+    h.int8 = tilemix::route_tiles(*j.router, in, h.shape, keep, j.fraction, j.scratch[thread], j.routes + h.route_off,
+                                  &h.tiles);
+  }
+}
 
 struct SparseSelectJob {
   const float* q;
@@ -115,6 +167,11 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
     t.window = p.window;
     t.f16 = ko.dtype == DType::kF16;
     if (it.mask >= 0) t.key_blocks = j.masks + it.mask;
+    if (it.route >= 0) {
+      const TileMixHead& h = j.mix_heads[it.mix];
+      t.int8_blocks = j.routes + it.route;
+      t.k8 = tilemix::KeyCodes{j.codes + h.key_off, j.scales + h.scale_off, j.sums + h.scale_off};
+    }
     if (s >= 0 && s < ko.n_seq && j.layer >= 0 && j.layer < ko.n_layer) {
       t.kpos = j.kv->positions(j.layer, s, it.group);
       t.n_keys = j.kv->size(j.layer, s, it.group);
@@ -148,6 +205,101 @@ Status CpuBackend::set_prefill_sparse(const sparse::PrefillSparseOptions& o) {
   sparse_opts_ = o;
   sparse_ = o.method == sparse::Method::kNone ? nullptr : sparse::make_prefill_sparsity(o);
   return ok_status();
+}
+
+Status CpuBackend::set_tilemix(const tilemix::TileMixOptions& o) {
+  if (!(o.int8_fraction >= 0 && o.int8_fraction <= 1) || o.min_blocks < 1) {
+    return error(ErrorCode::kInvalidArgument, "--tilemix-int8 {}: the INT8 fraction must be in [0, 1]",
+                 o.int8_fraction);
+  }
+  tilemix_opts_ = o;
+  tilemix_ = o.enabled() ? tilemix::make_router() : nullptr;
+  return ok_status();
+}
+
+// TileMix routes the same chunks sparse prefill attends through a mask (its own min_blocks aside):
+// at least one block of consecutive tokens of one sequence whose keys are exactly positions
+// [0, last query] in slot order, with a head size the INT8 path takes; other chunks of 64 tokens
+// or more are counted as float fallbacks. Shorter runs (decode, verification) stay float.
+void CpuBackend::route_tilemix(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos,
+                               int64_t n, const AttentionParams& p) {
+  const auto start = std::chrono::steady_clock::now();
+  const KvCacheOptions& ko = kv.options();
+  const int64_t min_keys = static_cast<int64_t>(tilemix_opts_.min_blocks) * sparse::kSparseBlock;
+  int64_t key_floats = 0, n_scales = 0, route_bytes = 0;
+  size_t sh = 0;  // sparse heads in batch order, n_head_kv per chunk
+  for (int64_t t = 0; t < n;) {
+    int64_t e = t + 1;
+    while (e < n && seq[e] == seq[t]) ++e;
+    const int32_t nt = static_cast<int32_t>(e - t);
+    const int s = seq[t];
+    while (sh < sparse_heads_.size() && sparse_heads_[sh].t0 < t) sh += static_cast<size_t>(p.n_head_kv);
+    const bool sparse_chunk = sh < sparse_heads_.size() && sparse_heads_[sh].t0 == t;
+    if (nt >= sparse::kSparseBlock) {
+      bool ok = tilemix::int8_head_dim_ok(p.head_dim) && p.window == 0 && s >= 0 && s < ko.n_seq && layer >= 0 &&
+                layer < ko.n_layer && pos[e - 1] - pos[t] == nt - 1 && pos[t] >= 0;
+      for (int g = 0; ok && g < p.n_head_kv; ++g) {
+        const int32_t n_k = kv.size(layer, s, g);
+        const int32_t* kpos = kv.positions(layer, s, g);
+        ok = n_k >= min_keys && n_k == static_cast<int64_t>(pos[e - 1]) + 1 && kpos[0] == 0 && kpos[n_k - 1] == n_k - 1;
+      }
+      if (ok) {
+        for (int g = 0; g < p.n_head_kv; ++g) {
+          TileMixHead h{};
+          h.t0 = static_cast<int32_t>(t);
+          h.nt = nt;
+          h.seq = s;
+          h.group = g;
+          h.n_k = pos[e - 1] + 1;
+          h.key_off = key_floats;
+          h.scale_off = n_scales;
+          h.route_off = route_bytes;
+          h.shape = sparse::mask_shape(pos[t], nt);
+          h.sparse_off = sparse_chunk ? sparse_heads_[sh + static_cast<size_t>(g)].mask_off : -1;
+          key_floats += static_cast<int64_t>(h.n_k) * p.head_dim;
+          n_scales += h.n_k;
+          route_bytes += h.shape.bytes();
+          tilemix_heads_.push_back(h);
+        }
+      } else {
+        ++tilemix_stats_.float_calls;
+      }
+    }
+    t = e;
+  }
+  if (tilemix_heads_.empty()) return;
+  if (tilemix_keys_.size() < static_cast<size_t>(key_floats)) {
+    tilemix_keys_.resize(static_cast<size_t>(key_floats));
+    tilemix_codes_.resize(static_cast<size_t>(key_floats));
+  }
+  if (tilemix_scales_.size() < static_cast<size_t>(n_scales)) {
+    tilemix_scales_.resize(static_cast<size_t>(n_scales));
+    tilemix_sums_.resize(static_cast<size_t>(n_scales));
+  }
+  if (tilemix_routes_.size() < static_cast<size_t>(route_bytes)) tilemix_routes_.resize(static_cast<size_t>(route_bytes));
+  if (tilemix_scratch_.size() < static_cast<size_t>(pool_.size())) tilemix_scratch_.resize(static_cast<size_t>(pool_.size()));
+  TileMixJob j{q,
+               &kv,
+               layer,
+               &p,
+               pos,
+               tilemix_.get(),
+               tilemix_opts_.int8_fraction,
+               tilemix_heads_.data(),
+               tilemix_keys_.data(),
+               tilemix_codes_.data(),
+               tilemix_scales_.data(),
+               tilemix_sums_.data(),
+               tilemix_routes_.data(),
+               sparse_masks_.data(),
+               tilemix_scratch_.data()};
+  pool_.dispatch(tilemix_route_task, &j, static_cast<int64_t>(tilemix_heads_.size()), 1);
+  for (const TileMixHead& h : tilemix_heads_) {
+    tilemix_stats_.routed_calls += h.group == 0;
+    tilemix_stats_.tiles_total += h.tiles;
+    tilemix_stats_.tiles_int8 += h.int8;
+  }
+  tilemix_stats_.route_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 // A prefill chunk (at least one block of consecutive tokens of one sequence) is attended sparsely
@@ -235,26 +387,41 @@ void CpuBackend::attention(const float* q, const KvCache& kv, int layer, const i
 
   sparse_heads_.clear();
   if (sparse_ != nullptr && !row_invariant_) select_sparse_blocks(q, kv, layer, seq, pos, n, p);
+  tilemix_heads_.clear();
+  if (tilemix_ != nullptr && !row_invariant_) route_tilemix(q, kv, layer, seq, pos, n, p);
 
   items_.clear();
   size_t sh = 0;  // next chunk's heads in sparse_heads_ (in batch order, n_head_kv per chunk)
+  size_t th = 0;  // and in tilemix_heads_
   for (int64_t t = 0; t < n;) {
-    if (sh < sparse_heads_.size() && sparse_heads_[sh].t0 == t) {
-      // A sparse chunk: tiles stay inside one query block, so one mask row serves the tile.
-      const SparseHead* heads = &sparse_heads_[sh];
-      const int64_t end = t + heads[0].nt;
+    const SparseHead* sparse_heads = sh < sparse_heads_.size() && sparse_heads_[sh].t0 == t ? &sparse_heads_[sh] : nullptr;
+    const TileMixHead* mix_heads =
+        th < tilemix_heads_.size() && tilemix_heads_[th].t0 == t ? &tilemix_heads_[th] : nullptr;
+    if (sparse_heads != nullptr || mix_heads != nullptr) {
+      // A sparse or mixed chunk: tiles stay inside one query block, so one mask row and one route
+      // row serve the tile.
+      const int64_t end = t + (sparse_heads != nullptr ? sparse_heads[0].nt : mix_heads[0].nt);
       while (t < end) {
         const int32_t qb = pos[t] / sparse::kSparseBlock;
         int64_t e = t + 1;
         while (e < end && e - t < tile_tokens && pos[e] / sparse::kSparseBlock == qb) ++e;
         for (int g = 0; g < p.n_head_kv; ++g) {
-          const SparseHead& h = heads[g];
-          items_.push_back({static_cast<int32_t>(t), static_cast<int32_t>(e - t), g,
-                            h.mask_off + static_cast<int64_t>(qb - h.shape.qb0) * h.shape.n_kb});
+          AttentionItem it{static_cast<int32_t>(t), static_cast<int32_t>(e - t), g};
+          if (sparse_heads != nullptr) {
+            const SparseHead& h = sparse_heads[g];
+            it.mask = h.mask_off + static_cast<int64_t>(qb - h.shape.qb0) * h.shape.n_kb;
+          }
+          if (mix_heads != nullptr) {
+            const TileMixHead& h = mix_heads[g];
+            it.route = h.route_off + static_cast<int64_t>(qb - h.shape.qb0) * h.shape.n_kb;
+            it.mix = static_cast<int32_t>(th) + g;
+          }
+          items_.push_back(it);
         }
         t = e;
       }
-      sh += static_cast<size_t>(p.n_head_kv);
+      if (sparse_heads != nullptr) sh += static_cast<size_t>(p.n_head_kv);
+      if (mix_heads != nullptr) th += static_cast<size_t>(p.n_head_kv);
       continue;
     }
     int64_t e = t + 1;
@@ -266,8 +433,22 @@ void CpuBackend::attention(const float* q, const KvCache& kv, int layer, const i
   }
 
   ensure_thread_scratch(attention_scratch_floats(tile_tokens * n_rep, p.head_dim) * sizeof(float));
-  AttentionJob j{q,  out, &kv, layer, seq, pos, &p, items_.data(), scratch_.data(), row_invariant_,
-                 sparse_masks_.data()};
+  AttentionJob j{q,
+                 out,
+                 &kv,
+                 layer,
+                 seq,
+                 pos,
+                 &p,
+                 items_.data(),
+                 scratch_.data(),
+                 row_invariant_,
+                 sparse_masks_.data(),
+                 tilemix_routes_.data(),
+                 tilemix_heads_.data(),
+                 tilemix_codes_.data(),
+                 tilemix_scales_.data(),
+                 tilemix_sums_.data()};
   pool_.dispatch(attention_task, &j, static_cast<int64_t>(items_.size()), 1);
 }
 

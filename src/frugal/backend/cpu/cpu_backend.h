@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "frugal/attention/tilemix/router.h"
 #include "frugal/backend/backend.h"
 #include "frugal/core/thread_pool.h"
 
@@ -36,6 +37,24 @@ struct AttentionItem {
   int32_t nt;
   int32_t group;
   int64_t mask = -1;  // sparse prefill: byte offset of the tile's key-block row in the masks; -1: dense
+  int64_t route = -1; // TileMix: byte offset of the tile's key-block row in the routes; -1: float
+  int32_t mix = -1;   // TileMix: the chunk head's index in the backend's TileMixHead list
+};
+
+// TileMix of one KV head of one prefill chunk: its keys' int8 codes and its tiles' routes.
+struct TileMixHead {
+  int32_t t0;        // first batch token of the chunk
+  int32_t nt;        // its tokens
+  int32_t seq;
+  int32_t group;
+  int32_t n_k;       // keys of the sequence (slot j at position j)
+  int64_t key_off;   // floats into the key buffer; int8 codes at the same index into the codes
+  int64_t scale_off; // into the per-key scales and code sums
+  int64_t route_off; // bytes into the routes
+  sparse::BlockMask shape;
+  int64_t sparse_off;  // bytes into the sparse masks of the same chunk head; -1: none
+  int64_t tiles;       // candidate tiles, and those routed to INT8
+  int64_t int8;
 };
 
 // Sparse prefill of one KV head of one prefill chunk: where its keys (read back as floats) and its
@@ -63,6 +82,8 @@ class CpuBackend final : public Backend {
   void set_row_invariant(bool on) override { row_invariant_ = on; }
   Status set_prefill_sparse(const sparse::PrefillSparseOptions& o) override;
   sparse::PrefillSparseStats prefill_sparse_stats() const override { return sparse_stats_; }
+  Status set_tilemix(const tilemix::TileMixOptions& o) override;
+  tilemix::TileMixStats tilemix_stats() const override { return tilemix_stats_; }
   void matmul(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) override;
   void get_rows(const WeightTensor& w, const int32_t* ids, int64_t n, float* y) override;
   void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps,
@@ -107,6 +128,19 @@ class CpuBackend final : public Backend {
   std::vector<sparse::Scratch> sparse_scratch_;  // [thread]
   std::vector<float> sparse_keys_;  // the chunks' keys as floats, [n_k][head_dim] per SparseHead
   std::vector<uint8_t> sparse_masks_;
+  // TileMix: routes prefill chunks' tiles to INT8 or float (null: off, every tile float).
+  void route_tilemix(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos,
+                     int64_t n, const AttentionParams& p);
+  std::unique_ptr<tilemix::TileRouter> tilemix_;
+  tilemix::TileMixOptions tilemix_opts_;
+  tilemix::TileMixStats tilemix_stats_;
+  std::vector<TileMixHead> tilemix_heads_;
+  std::vector<tilemix::RouteScratch> tilemix_scratch_;  // [thread]
+  std::vector<float> tilemix_keys_;     // the chunks' keys as floats, [n_k][head_dim] per head
+  std::vector<int8_t> tilemix_codes_;   // and as int8 codes
+  std::vector<float> tilemix_scales_;   // [n_k] per head
+  std::vector<int32_t> tilemix_sums_;   // [n_k] per head
+  std::vector<uint8_t> tilemix_routes_;
 };
 
 }  // namespace cpu

@@ -338,6 +338,8 @@ struct TileScratch {
   int32_t* lo; // [rp] and pos > lo
   float* kf;   // [kKeyBlock][head_dim] (F16 caches)
   float* vf;
+  uint32_t* q8;  // [head_dim / 4][rp] TileMix: the rows' int8 codes (tilemix::QueryCodes)
+  float* q8s;    // [rp] and their scales
 };
 
 TileScratch carve(float* base, int rp, int dim) {
@@ -351,6 +353,8 @@ TileScratch carve(float* base, int rp, int dim) {
   t.lo = t.hi + rp;
   t.kf = reinterpret_cast<float*>(t.lo + rp);
   t.vf = t.kf + static_cast<size_t>(kKeyBlock) * dim;
+  t.q8 = reinterpret_cast<uint32_t*>(t.vf + static_cast<size_t>(kKeyBlock) * dim);
+  t.q8s = reinterpret_cast<float*>(t.q8 + static_cast<size_t>((dim + 3) / 4) * rp);
   return t;
 }
 
@@ -404,6 +408,21 @@ void TileScores(const AttentionTile& a, const TileScratch& ts, int rp, int c, co
     }
     if (e < dim) s0 = hn::MulAdd(hn::Set(d, k0[e]), hn::LoadU(d, qt + static_cast<size_t>(e) * rp), s0);
     finish(hn::Add(s0, s1), j);
+  }
+}
+
+// Scores already in s (TileMix's INT8 blocks) masked to -inf as TileScores masks its own.
+void TileMask(const TileScratch& ts, int rp, int c, const int32_t* kp, int nk) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const auto ninf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const auto hi = hn::LoadU(di, ts.hi + c);
+  const auto lo = hn::LoadU(di, ts.lo + c);
+  for (int j = 0; j < nk; ++j) {
+    const auto kv = hn::Set(di, kp[j]);
+    const auto ok = hn::AndNot(hn::Gt(kv, hi), hn::Gt(kv, lo));
+    float* sj = ts.s + static_cast<size_t>(j) * rp + c;
+    hn::StoreU(hn::IfThenElse(hn::RebindMask(d, ok), hn::LoadU(d, sj), ninf), d, sj);
   }
 }
 
@@ -513,6 +532,7 @@ void AttentionTileImpl(const AttentionTile& a, float* scratch) {
   int32_t max_hi, min_lo;
   TileSetup(a, ts, rp, &max_hi, &min_lo);
 
+  bool q8_ready = false;  // TileMix: the rows' codes, made at the first INT8 block
   for (int32_t k0 = 0; k0 < a.n_keys; k0 += kKeyBlock) {
     if (a.key_blocks != nullptr && a.key_blocks[k0 / kKeyBlock] == 0) continue;
     const int nk = std::min<int32_t>(kKeyBlock, a.n_keys - k0);
@@ -520,6 +540,7 @@ void AttentionTileImpl(const AttentionTile& a, float* scratch) {
     bool any = false;
     for (int j = 0; j < nk && !any; ++j) any = kp[j] <= max_hi && kp[j] > min_lo;
     if (!any) continue;
+    const bool int8 = a.int8_blocks != nullptr && a.int8_blocks[k0 / kKeyBlock] != 0;
     const float* kb;
     const float* vb;
     const size_t off = static_cast<size_t>(k0) * dim;
@@ -538,10 +559,10 @@ void AttentionTileImpl(const AttentionTile& a, float* scratch) {
         const auto* kbytes = static_cast<const uint8_t*>(a.k) + src;
         const auto* vbytes = static_cast<const uint8_t*>(a.v) + src;
         if (a.f16) {
-          F16ToF32(reinterpret_cast<const uint16_t*>(kbytes), ts.kf + dst, cnt);
+          if (!int8) F16ToF32(reinterpret_cast<const uint16_t*>(kbytes), ts.kf + dst, cnt);
           F16ToF32(reinterpret_cast<const uint16_t*>(vbytes), ts.vf + dst, cnt);
         } else {
-          std::memcpy(ts.kf + dst, kbytes, static_cast<size_t>(cnt) * sizeof(float));
+          if (!int8) std::memcpy(ts.kf + dst, kbytes, static_cast<size_t>(cnt) * sizeof(float));
           std::memcpy(ts.vf + dst, vbytes, static_cast<size_t>(cnt) * sizeof(float));
         }
         s += run;
@@ -549,13 +570,25 @@ void AttentionTileImpl(const AttentionTile& a, float* scratch) {
       kb = ts.kf;
       vb = ts.vf;
     } else if (a.f16) {
-      F16ToF32(static_cast<const uint16_t*>(a.k) + off, ts.kf, static_cast<int64_t>(nk) * dim);
+      if (!int8) F16ToF32(static_cast<const uint16_t*>(a.k) + off, ts.kf, static_cast<int64_t>(nk) * dim);
       F16ToF32(static_cast<const uint16_t*>(a.v) + off, ts.vf, static_cast<int64_t>(nk) * dim);
       kb = ts.kf;
       vb = ts.vf;
     } else {
       kb = static_cast<const float*>(a.k) + off;
       vb = static_cast<const float*>(a.v) + off;
+    }
+    if (int8) {
+      if (!q8_ready) {
+        tilemix::quantize_query_lanes(ts.qt, rp, dim, ts.q8, ts.q8s);
+        q8_ready = true;
+      }
+      tilemix::block_scores(tilemix::QueryCodes{ts.q8, ts.q8s, rp, dim}, a.k8, k0, nk, ts.s);
+      for (int c = 0; c < rp; c += N) {
+        TileMask(ts, rp, c, kp, nk);
+        TileUpdate(a, ts, rp, c, vb, nk);
+      }
+      continue;
     }
     for (int c = 0; c < rp; c += N) {
       TileScores(a, ts, rp, c, kb, kp, nk);
@@ -614,8 +647,9 @@ size_t attention_scratch_floats(int rows, int head_dim) {
   // Rows are padded to the widest vector any target uses (64 bytes on x86, more on SVE).
   const size_t rp = static_cast<size_t>((rows + 63) / 64 * 64);
   const size_t dim = static_cast<size_t>(head_dim);
+  // ... plus TileMix's row codes (a word per four dimensions) and their scales.
   return 2 * dim * rp + static_cast<size_t>(kAttentionKeyBlock) * rp + 4 * rp +
-         2 * static_cast<size_t>(kAttentionKeyBlock) * dim + 64;
+         2 * static_cast<size_t>(kAttentionKeyBlock) * dim + (dim + 3) / 4 * rp + rp + 64;
 }
 
 void attention_tile(const AttentionTile& t, float* scratch) {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "frugal/attention/tilemix/int8_tile.h"
 #include "frugal/kv/kv_cache.h"
 
 namespace frugal::cpu {
@@ -56,6 +57,12 @@ struct AttentionTile {
   // Sparse prefill: when set, key block b (slots [64b, 64b + 64)) is computed only if
   // key_blocks[b] is nonzero; one byte per block of the head's keys.
   const uint8_t* key_blocks = nullptr;
+  // TileMix: when set, key block b's scores are computed from int8 codes when int8_blocks[b] is
+  // nonzero: the tile's queries (times scale) are quantized once per tile, the keys' codes come
+  // from k8 (the head's keys quantized by slot); the online softmax and P·V are shared with the
+  // float blocks. One byte per block of the head's keys.
+  const uint8_t* int8_blocks = nullptr;
+  tilemix::KeyCodes k8;
 };
 
 // Slots [k0, k0 + nk) of a quantized KV head as floats, [nk][head_dim] into k and v: the same
