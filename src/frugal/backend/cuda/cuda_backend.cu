@@ -1548,20 +1548,29 @@ void CudaBackend::read_head_rows(int layer, int seq, int head, float* k, float* 
   const std::vector<int32_t>* cur = head_positions(layer, seq, head);
   if (cur == nullptr) return;
   const size_t n = cur->size(), hd = static_cast<size_t>(kv_.head_dim);
-  const Status st = apply_keeps(seq);
-  std::vector<uint16_t> h(n * hd);
+  // No compaction here: a round thins the heads one after another and reads each head's keys
+  // before choosing, so while it runs some heads are thinned and others not (the device moves the
+  // rows at the next step, when every head is cut alike). A head with a pending keep holds device
+  // slots pending[i]; the others hold slots 0 .. n - 1.
+  const size_t idx = static_cast<size_t>(layer) * kv_.n_head_kv + head;
+  const auto& keep_all = keep_[static_cast<size_t>(seq)];
+  const std::vector<int32_t>* pending =
+      keep_dirty_[static_cast<size_t>(seq)] && idx < keep_all.size() && !keep_all[idx].empty() ? &keep_all[idx]
+                                                                                                  : nullptr;
+  const size_t rows = pending != nullptr ? seq_pos_[static_cast<size_t>(seq)].size() : n;
+  std::vector<uint16_t> h(rows * hd);
   const int64_t base = kv_slot0(kv_, layer, seq, head) * static_cast<int64_t>(hd);
   for (int which = 0; which < 2; ++which) {
     float* out = which == 0 ? k : v;
     if (out == nullptr) continue;
-    cudaError_t e = cudaErrorUnknown;
-    if (st.ok()) {
-      e = cudaMemcpyAsync(h.data(), (which == 0 ? kv_.k : kv_.v) + base, n * hd * sizeof(__half),
-                          cudaMemcpyDeviceToHost, stream_);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
-    }
+    cudaError_t e = cudaMemcpyAsync(h.data(), (which == 0 ? kv_.k : kv_.v) + base, rows * hd * sizeof(__half),
+                                    cudaMemcpyDeviceToHost, stream_);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
     // Rows that cannot be read are NaN, never stale numbers.
-    for (size_t i = 0; i < n * hd; ++i) out[i] = e == cudaSuccess ? fp16_to_f32(h[i]) : NAN;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t from = pending != nullptr ? static_cast<size_t>((*pending)[i]) : i;
+      for (size_t d = 0; d < hd; ++d) out[i * hd + d] = e == cudaSuccess && from < rows ? fp16_to_f32(h[from * hd + d]) : NAN;
+    }
   }
 }
 
