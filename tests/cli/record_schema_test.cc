@@ -63,16 +63,21 @@ TEST_F(RecordSchema, RunJson) {
 }
 
 TEST_F(RecordSchema, RunJsonWithSparsePrefill) {
-  // A prompt too short for sparse prefill's blocks: it runs dense and the record says so.
-  const CmdResult r = run_frugal("run -m " + *model_ +
-                                 " -p 'a b c' -n 2 --temp 0 --ignore-eos --json -t 1 --prefill-sparse minference");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json j = json::parse(r.out);
-  EXPECT_EQ(schema().validate(j["timings"]), "") << j["timings"].dump(1);
-  const json& ps = j["timings"]["prefill_sparse"];
-  EXPECT_EQ(ps["method"], "minference");
-  EXPECT_TRUE(ps["short_prompt_dense"].get<bool>());
-  EXPECT_EQ(ps["sparse_calls"], 0);
+  // A prompt too short for sparse prefill's blocks: it runs dense and the record says so, for
+  // every method.
+  for (const char* method : {"minference", "flexprefill", "crisp"}) {
+    const CmdResult r = run_frugal("run -m " + *model_ + " -p 'a b c' -n 2 --temp 0 --ignore-eos --json -t 1 " +
+                                   "--prefill-sparse " + method);
+    ASSERT_EQ(r.exit_code, 0) << method << ": " << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(schema().validate(j["timings"]), "") << method << ": " << j["timings"].dump(1);
+    const json& ps = j["timings"]["prefill_sparse"];
+    EXPECT_EQ(ps["method"], method);
+    EXPECT_TRUE(ps["short_prompt_dense"].get<bool>());
+    EXPECT_EQ(ps["sparse_calls"], 0);
+    EXPECT_EQ(ps["heads_vertical_slash"], 0);
+    EXPECT_EQ(ps["heads_query_aware"], 0);
+  }
 }
 
 TEST_F(RecordSchema, RunJsonWithTileMix) {

@@ -74,6 +74,9 @@ Result<GenerateResult> generate(Model& model, const Tokenizer& tok, Backend& bac
   ps.blocks_kept = sparse_after.blocks_kept - sparse_before.blocks_kept;
   ps.blocks_causal = sparse_after.blocks_causal - sparse_before.blocks_causal;
   ps.select_ms = sparse_after.select_ms - sparse_before.select_ms;
+  ps.heads_vertical_slash = sparse_after.heads_vertical_slash - sparse_before.heads_vertical_slash;
+  ps.heads_query_aware = sparse_after.heads_query_aware - sparse_before.heads_query_aware;
+  ps.route_ms = sparse_after.route_ms - sparse_before.route_ms;
   res.timings.prefill_sparse_method = sparse::method_name(opts.prefill_sparse.method);
   res.timings.prefill_sparse_short_prompt =
       static_cast<int64_t>(prompt.size()) < static_cast<int64_t>(opts.prefill_sparse.min_blocks) * sparse::kSparseBlock;

@@ -95,6 +95,9 @@ Json timings_json(const Timings& t) {
     ps["blocks_causal"] = t.prefill_sparse.blocks_causal;
     ps["kept_fraction"] = t.prefill_sparse.kept_fraction();
     ps["select_ms"] = t.prefill_sparse.select_ms;
+    ps["heads_vertical_slash"] = t.prefill_sparse.heads_vertical_slash;
+    ps["heads_query_aware"] = t.prefill_sparse.heads_query_aware;
+    ps["route_ms"] = t.prefill_sparse.route_ms;
     j["prefill_sparse"] = std::move(ps);
   }
   if (t.tilemix_int8 > 0) {
