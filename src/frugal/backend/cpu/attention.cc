@@ -199,6 +199,26 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
   }
 }
 
+// Whether the prefill chunk of sequence s at batch rows [t, e) sees exactly the keys of positions
+// [0, last query] in slot order in every KV head (no eviction, no window, min_keys at least): the
+// block-numbered methods (sparse prefill, TileMix) need slot j to hold position j.
+bool keys_in_position_order(const KvCache& kv, int layer, int s, const int32_t* pos, int64_t t, int64_t e,
+                            const AttentionParams& p, int64_t min_keys) {
+  const KvCacheOptions& ko = kv.options();
+  if (p.window != 0 || s < 0 || s >= ko.n_seq || layer < 0 || layer >= ko.n_layer || pos[t] < 0 ||
+      pos[e - 1] - pos[t] != e - t - 1) {
+    return false;
+  }
+  for (int g = 0; g < p.n_head_kv; ++g) {
+    const int32_t n_k = kv.size(layer, s, g);
+    const int32_t* kpos = kv.positions(layer, s, g);
+    if (n_k < min_keys || n_k != static_cast<int64_t>(pos[e - 1]) + 1 || kpos[0] != 0 || kpos[n_k - 1] != n_k - 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 Status CpuBackend::set_prefill_sparse(const sparse::PrefillSparseOptions& o) {
@@ -224,7 +244,6 @@ Status CpuBackend::set_tilemix(const tilemix::TileMixOptions& o) {
 void CpuBackend::route_tilemix(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos,
                                int64_t n, const AttentionParams& p) {
   const auto start = std::chrono::steady_clock::now();
-  const KvCacheOptions& ko = kv.options();
   const int64_t min_keys = static_cast<int64_t>(tilemix_opts_.min_blocks) * sparse::kSparseBlock;
   int64_t key_floats = 0, n_scales = 0, route_bytes = 0;
   size_t sh = 0;  // sparse heads in batch order, n_head_kv per chunk
@@ -236,14 +255,7 @@ void CpuBackend::route_tilemix(const float* q, const KvCache& kv, int layer, con
     while (sh < sparse_heads_.size() && sparse_heads_[sh].t0 < t) sh += static_cast<size_t>(p.n_head_kv);
     const bool sparse_chunk = sh < sparse_heads_.size() && sparse_heads_[sh].t0 == t;
     if (nt >= sparse::kSparseBlock) {
-      bool ok = tilemix::int8_head_dim_ok(p.head_dim) && p.window == 0 && s >= 0 && s < ko.n_seq && layer >= 0 &&
-                layer < ko.n_layer && pos[e - 1] - pos[t] == nt - 1 && pos[t] >= 0;
-      for (int g = 0; ok && g < p.n_head_kv; ++g) {
-        const int32_t n_k = kv.size(layer, s, g);
-        const int32_t* kpos = kv.positions(layer, s, g);
-        ok = n_k >= min_keys && n_k == static_cast<int64_t>(pos[e - 1]) + 1 && kpos[0] == 0 && kpos[n_k - 1] == n_k - 1;
-      }
-      if (ok) {
+      if (tilemix::int8_head_dim_ok(p.head_dim) && keys_in_position_order(kv, layer, s, pos, t, e, p, min_keys)) {
         for (int g = 0; g < p.n_head_kv; ++g) {
           TileMixHead h{};
           h.t0 = static_cast<int32_t>(t);
@@ -309,7 +321,6 @@ void CpuBackend::route_tilemix(const float* q, const KvCache& kv, int layer, con
 void CpuBackend::select_sparse_blocks(const float* q, const KvCache& kv, int layer, const int32_t* seq,
                                       const int32_t* pos, int64_t n, const AttentionParams& p) {
   const auto start = std::chrono::steady_clock::now();
-  const KvCacheOptions& ko = kv.options();
   const int64_t min_keys = static_cast<int64_t>(sparse_opts_.min_blocks) * sparse::kSparseBlock;
   int64_t key_floats = 0, mask_bytes = 0;
   for (int64_t t = 0; t < n;) {
@@ -318,14 +329,7 @@ void CpuBackend::select_sparse_blocks(const float* q, const KvCache& kv, int lay
     const int32_t nt = static_cast<int32_t>(e - t);
     const int s = seq[t];
     if (nt >= sparse::kSparseBlock) {
-      bool ok = p.window == 0 && s >= 0 && s < ko.n_seq && layer >= 0 && layer < ko.n_layer &&
-                pos[e - 1] - pos[t] == nt - 1 && pos[t] >= 0;
-      for (int g = 0; ok && g < p.n_head_kv; ++g) {
-        const int32_t n_k = kv.size(layer, s, g);
-        const int32_t* kpos = kv.positions(layer, s, g);
-        ok = n_k >= min_keys && n_k == static_cast<int64_t>(pos[e - 1]) + 1 && kpos[0] == 0 && kpos[n_k - 1] == n_k - 1;
-      }
-      if (ok) {
+      if (keys_in_position_order(kv, layer, s, pos, t, e, p, min_keys)) {
         for (int g = 0; g < p.n_head_kv; ++g) {
           SparseHead h{};
           h.t0 = static_cast<int32_t>(t);
