@@ -19,7 +19,6 @@
 #include "frugal/quantize/model_quantizer.h"
 #include "frugal/synth/random_model.h"
 #include "quantize/synthetic_model.h"
-#include "reference/reference_forward.h"
 
 namespace frugal::quantize {
 namespace {
@@ -225,25 +224,8 @@ TEST(FluxBinQuantize, CpuLogitsMatchFloat64Reference) {
     const std::string out = dir.file(std::string(type) + ".gguf");
     auto r = quantize_to(f32, out, type, true);
     ASSERT_TRUE(r.ok()) << type << ": " << r.status().to_string();
-    const int n = 12;
-    const std::vector<float> got = logits_of(out, n);
-    auto ref = reference::ReferenceModel::load(out);
-    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
-    std::vector<int32_t> ids;
-    for (int i = 0; i < n; ++i) ids.push_back(1 + 37 * i % 500);  // logits_of's prompt
-    auto want = (*ref)->forward(ids);
-    ASSERT_TRUE(want.ok()) << want.status().to_string();
-    const size_t nv = want->front().size();
-    ASSERT_EQ(got.size(), n * nv);
-    double num = 0, den = 0;
-    for (size_t t = 0; t < static_cast<size_t>(n); ++t) {
-      for (size_t v = 0; v < nv; ++v) {
-        const double d = got[t * nv + v] - (*want)[t][v];
-        num += d * d;
-        den += (*want)[t][v] * (*want)[t][v];
-      }
-    }
-    const double rel = std::sqrt(num / den);
+    const double rel = testing::cpu_logits_vs_reference(out, 12);
+    ASSERT_GE(rel, 0) << type;
     std::printf("  %-14s CPU logits vs float64 reference: rel_l2 %.2e\n", type, rel);
     EXPECT_LT(rel, 3e-2) << type;
   }

@@ -15,6 +15,7 @@
 #include "frugal/kv/kv_cache.h"
 #include "frugal/model/model.h"
 #include "frugal/synth/random_model.h"
+#include "reference/reference_forward.h"
 
 namespace frugal::quantize::testing {
 
@@ -74,6 +75,32 @@ inline std::vector<float> logits_of(const std::string& path, int n_tokens = 8) {
   std::vector<float> logits(static_cast<size_t>(n_tokens * (*m)->config().n_vocab));
   EXPECT_TRUE((*m)->forward(b, *kv, *be, logits.data()).ok());
   return logits;
+}
+
+// Relative L2 distance of the CPU's logits (logits_of, n_tokens) from the independent float64
+// forward of the same file (tests/reference); -1 after a failure, which it reports.
+inline double cpu_logits_vs_reference(const std::string& path, int n_tokens) {
+  const std::vector<float> got = logits_of(path, n_tokens);
+  auto ref = reference::ReferenceModel::load(path);
+  EXPECT_TRUE(ref.ok()) << ref.status().to_string();
+  if (!ref.ok()) return -1;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n_tokens; ++i) ids.push_back(1 + 37 * i % 500);  // logits_of's prompt
+  auto want = (*ref)->forward(ids);
+  EXPECT_TRUE(want.ok()) << want.status().to_string();
+  if (!want.ok()) return -1;
+  const size_t nv = want->front().size();
+  EXPECT_EQ(got.size(), n_tokens * nv);
+  if (got.size() != n_tokens * nv) return -1;
+  double num = 0, den = 0;
+  for (size_t t = 0; t < static_cast<size_t>(n_tokens); ++t) {
+    for (size_t v = 0; v < nv; ++v) {
+      const double d = got[t * nv + v] - (*want)[t][v];
+      num += d * d;
+      den += (*want)[t][v] * (*want)[t][v];
+    }
+  }
+  return std::sqrt(num / den);
 }
 
 inline double rel_rms_error(const std::vector<float>& got, const std::vector<float>& ref) {
