@@ -5,9 +5,9 @@
 #   PHASE smoke: every CUDA test (the eviction tests included), greedy cpu == cuda on the default
 #                model, and the server end-to-end tests with `serve --device cuda`.
 #   PHASE bench: a Llama-3.1-8B-shaped F16 model (random weights): tg128/pp512 and 64 parallel
-#                sequences (the numbers docs/benchmarks.md keeps, to see the per-head positions cost
+#                sequences (AB_ROUNDS rounds, default 2) (the numbers docs/benchmarks.md keeps, to see the per-head positions cost
 #                nothing), then bench/kv_serving.py: 64 concurrent generations of MAX_TOKENS tokens
-#                with the full cache, window and random at a 25% budget.
+#                per policy of POLICIES (default full,window,random; evicting ones at a 25% budget).
 # Usage there: bash bench/gpu_eviction.sh PHASE [SECONDS]. Everything lands in $OUT/gpu-eviction.tgz
 # and the log $OUT/gpu-eviction.log.
 set -u
@@ -59,18 +59,13 @@ if [ "$PHASE" = bench ]; then
   step attention-tests "$PACK/bin/cuda_tests" --gtest_filter='CudaFlashAttention.*:CudaEviction.*:CudaModel.Greedy*'
   grep -E "^\[  (PASSED|FAILED) " "$WORK/attention-tests.out"
   step synth "$F" synth --preset llama3.1-8b --type F16 -t 8 -o "$M"
-  MAXT=${MAX_TOKENS:-4096}
-  step serving env FRUGAL_CUDA_PDL=1 python3 "$ROOT/bench/kv_serving.py" --frugal "$F" -m "$M" --device cuda \
-    --parallel 64 --requests 64 --max-tokens "$MAXT" --ctx $((MAXT + 64)) --budget 0.25 --memory-fraction 0 \
-    --policies "${POLICIES:-full,window,random}" --json "$WORK/serving.json" --server-log "$WORK/serve"
-  cat "$WORK/serving.out"
   # A/B against the binary of the previous commit when one was carried (.gpucarry/base-frugal.xz),
   # the two alternating so that neither always runs on a warmer card.
   BASE=
   if [ -f .gpucarry/base-frugal.xz ]; then
     BASE=/tmp/base-frugal && xz -dc .gpucarry/base-frugal.xz >"$BASE" && chmod +x "$BASE"
   fi
-  for round in 1 2; do
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     for who in new ${BASE:+base}; do
       [ "$(left)" -gt 60 ] || { say "skipping the rest of the A/B: $(left) s left"; break 2; }
       bin=$F; [ "$who" = base ] && bin=$BASE
@@ -82,5 +77,15 @@ if [ "$PHASE" = bench ]; then
     done
   done
   grep -E "pp512|tg128" "$WORK"/bench-f16*.out
+  MAXT=${MAX_TOKENS:-4096}
+  # One server run per policy, each its own step: a call cut off at its limit keeps the policies
+  # that finished. SERVE_S is the time one needs at least (the next is skipped when less is left).
+  for pol in $(echo "${POLICIES:-full,window,random}" | tr ',' ' '); do
+    [ "$(left)" -gt "${SERVE_S:-90}" ] || { say "skipping $pol and the policies after it: $(left) s left"; break; }
+    step "serving-$pol" env FRUGAL_CUDA_PDL=1 python3 "$ROOT/bench/kv_serving.py" --frugal "$F" -m "$M" --device cuda \
+      --parallel 64 --requests 64 --max-tokens "$MAXT" --ctx $((MAXT + 64)) --budget 0.25 --memory-fraction 0 \
+      --policies "$pol" --json "$WORK/serving-$pol.json" --server-log "$WORK/serve"
+    cat "$WORK/serving-$pol.out"
+  done
 fi
 say "done"
