@@ -2,7 +2,9 @@
 // embedding rows (fluxbin.cuh has the layout and the reasoning).
 #include "frugal/backend/cuda/fluxbin.cuh"
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "frugal/backend/cuda/gemv_common.cuh"
@@ -14,9 +16,6 @@ namespace {
 namespace fb = quant::fluxbin;
 
 constexpr int kWarp = 32;
-constexpr int kWarps = 8;  // per block: the tables are built once per block and read by every warp
-constexpr int kThreads = kWarps * kWarp;
-constexpr int kRows = 2;   // rows per warp
 constexpr int kChunk = 4;  // groups per table chunk (one 32-bit word of nibbles per lane)
 
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
@@ -60,84 +59,104 @@ __device__ __forceinline__ void quad_table(const float (&u)[4], float* t /* stri
   for (int m = 0; m < 16; ++m) t[m * kWarp] = v[m];
 }
 
-// y [nt][rows] for the set's weights. Per chunk of 4 groups: the block builds the tables of every
-// (group, token, basis, lane) and gathers the salient columns' inputs, synchronizes, then each warp
-// adds its rows' entries. With NBUF = 2 the next chunk is built into the other buffer while slow
-// warps still read this one (one barrier per chunk); NT = 2 has room for one buffer only.
-template <int NT, int NBUF>
-__global__ void __launch_bounds__(kThreads) fluxbin_gemv_kernel(GemvSet set, const float* __restrict__ x, int nt,
-                                                                 int accumulate) {
+// y [nt][rows] for the set's weights, W warps of R rows per block. Per chunk of 4 groups: the block
+// builds the tables of every (group, token, basis, lane) and gathers the salient columns' inputs,
+// synchronizes, then each warp adds its rows' entries. The inputs of the next chunk's tables (x
+// and the column scales) are loaded into registers before the lookups of this one, so their
+// latency hides behind the lookups. With NBUF = 2 the next chunk is built into the other buffer
+// while slow warps still read this one (one barrier per chunk); NT = 2 has room for one buffer
+// only. Every block builds the tables of all columns, so the more rows a block serves the less
+// building each row costs: W * R trades that against the number of blocks.
+template <int NT, int NBUF, int W, int R>
+__global__ void __launch_bounds__(W * kWarp) fluxbin_gemv_kernel(GemvSet set, const float* __restrict__ x, int nt,
+                                                                  int accumulate) {
+  constexpr int kT = W * kWarp;
+  constexpr int kJobs = kChunk * NT * 2 * kWarp;  // tables of one chunk: (group, token, basis, lane)
+  constexpr int kJ = (kJobs + kT - 1) / kT;       // per thread
   const int b = static_cast<int>(blockIdx.x);
   FRUGAL_GEMV_SET_PART(set, b);
   __shared__ float tab[NBUF][kChunk][NT][2][16][kWarp];
   __shared__ float xs[NBUF][kChunk][NT][32];
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % kWarp;
-  const int64_t row0 = (static_cast<int64_t>(b - first) * kWarps + tid / kWarp) * kRows;
+  const int64_t row0 = (static_cast<int64_t>(b - first) * W + tid / kWarp) * R;
   // Rows past the end are clamped for loading and not stored; their warps still take part in the
   // barriers.
-  int64_t rows[kRows];
+  int64_t rows[R];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
+  for (int r = 0; r < R; ++r) rows[r] = row0 + r < w.rows ? row0 + r : w.rows - 1;
   const int64_t groups = w.cols / fb::kGroup;
   const int64_t gp = fluxbin_padded_groups(w.cols);
   const int64_t chunks = gp / kChunk;
   const int S = w.salient;
   const auto* bits = reinterpret_cast<const uint32_t*>(w.data);
   const auto* rsc = reinterpret_cast<const uint4*>(w.scales);  // a chunk's 4 (r_1, r_2) pairs of a row
-  uint32_t word[kRows];
-  uint4 rs[kRows];
+  uint32_t word[R];
+  uint4 rs[R];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {  // weights: before the wait (they do not depend on the previous kernel)
+  for (int r = 0; r < R; ++r) {  // weights: before the wait (they do not depend on the previous kernel)
     word[r] = __ldg(bits + rows[r] * chunks * kWarp + lane);
     rs[r] = __ldg(rsc + rows[r] * chunks);
   }
   pdl_wait();
   pdl_trigger();
-  float acc[NT][kRows];
+  // This thread's table inputs of chunk q: x and the column scales of its quads (zero past the end).
+  float4 jx[kJ];
+  uint2 jc[kJ];
+  const auto load_jobs = [&](int64_t q) {
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int s = tid + j * kT;
+      const int l = s % kWarp, k = (s / kWarp) % 2, t = (s / (2 * kWarp)) % NT, gi = s / (2 * kWarp * NT);
+      const int64_t g = q * kChunk + gi;
+      jx[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+      jc[j] = make_uint2(0u, 0u);
+      if (s < kJobs && t < nt && g < groups) {
+        const int64_t col = g * fb::kGroup + 4 * l;
+        jx[j] = __ldg(reinterpret_cast<const float4*>(x + t * w.cols + col));
+        jc[j] = __ldg(reinterpret_cast<const uint2*>(w.col_scales + k * gp * fb::kGroup + col));
+      }
+    }
+  };
+  load_jobs(0);
+  float acc[NT][R];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[t][r] = 0.f;
+    for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
   }
   for (int64_t q = 0; q < chunks; ++q) {
     const int buf = NBUF == 2 ? static_cast<int>(q & 1) : 0;
     if (NBUF == 1 && q > 0) __syncthreads();  // every warp is done reading the one buffer
-    for (int s = tid; s < kChunk * NT * 2 * kWarp; s += kThreads) {
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int s = tid + j * kT;
+      if (s >= kJobs) break;
       const int l = s % kWarp, k = (s / kWarp) % 2, t = (s / (2 * kWarp)) % NT, gi = s / (2 * kWarp * NT);
-      const int64_t g = q * kChunk + gi;
-      float u[4] = {0.f, 0.f, 0.f, 0.f};
-      if (t < nt && g < groups) {
-        const int64_t col = g * fb::kGroup + 4 * l;
-        const float4 xv = __ldg(reinterpret_cast<const float4*>(x + t * w.cols + col));
-        const uint2 cr = __ldg(reinterpret_cast<const uint2*>(w.col_scales + k * gp * fb::kGroup + col));
-        const float2 c01 = __half22float2(*reinterpret_cast<const __half2*>(&cr.x));
-        const float2 c23 = __half22float2(*reinterpret_cast<const __half2*>(&cr.y));
-        u[0] = c01.x * xv.x;
-        u[1] = c01.y * xv.y;
-        u[2] = c23.x * xv.z;
-        u[3] = c23.y * xv.w;
-      }
+      const float2 c01 = __half22float2(*reinterpret_cast<const __half2*>(&jc[j].x));
+      const float2 c23 = __half22float2(*reinterpret_cast<const __half2*>(&jc[j].y));
+      const float u[4] = {c01.x * jx[j].x, c01.y * jx[j].y, c23.x * jx[j].z, c23.y * jx[j].w};
       quad_table(u, &tab[buf][gi][t][k][0][l]);
     }
-    for (int s = tid; s < kChunk * NT * S; s += kThreads) {
+    for (int s = tid; s < kChunk * NT * S; s += kT) {
       const int e = s % S, t = (s / S) % NT, gi = s / (S * NT);
       const int64_t g = q * kChunk + gi;
       xs[buf][gi][t][e] =
           t < nt && g < groups ? x[t * w.cols + g * fb::kGroup + w.salient_idx[g * S + e]] : 0.f;
     }
     __syncthreads();
-    uint32_t next_word[kRows];
-    uint4 next_rs[kRows];
+    uint32_t next_word[R];
+    uint4 next_rs[R];
     if (q + 1 < chunks) {
+      load_jobs(q + 1);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+      for (int r = 0; r < R; ++r) {
         next_word[r] = __ldg(bits + (rows[r] * chunks + q + 1) * kWarp + lane);
         next_rs[r] = __ldg(rsc + rows[r] * chunks + q + 1);
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       const uint32_t rw[4] = {rs[r].x, rs[r].y, rs[r].z, rs[r].w};
 #pragma unroll
       for (int gi = 0; gi < kChunk; ++gi) {
@@ -154,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) fluxbin_gemv_kernel(GemvSet set, con
       const int gi = s / S, e = s % S;
       const int64_t g = q * kChunk + gi;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+      for (int r = 0; r < R; ++r) {
         const uint32_t code = (w.salient_codes[(rows[r] * gp + g) * (S / 2) + e / 2] >> (4 * (e & 1))) & 15u;
         const float v = __half2float(w.salient_scales[rows[r] * gp + g]) * static_cast<float>(static_cast<int>(code) - 8);
 #pragma unroll
@@ -163,13 +182,13 @@ __global__ void __launch_bounds__(kThreads) fluxbin_gemv_kernel(GemvSet set, con
     }
     if (q + 1 < chunks) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+      for (int r = 0; r < R; ++r) {
         word[r] = next_word[r];
         rs[r] = next_rs[r];
       }
     }
   }
-  gemv_finish_rows<kWarps, NT, kRows, 1>(acc, 0, row0, w.rows, nt, bias, y, accumulate);
+  gemv_finish_rows<W, NT, R, 1>(acc, 0, row0, w.rows, nt, bias, y, accumulate);
 }
 
 // Four consecutive values of row `o` (columns 128 g + 4 l ..): the reference's arithmetic and order
@@ -322,9 +341,32 @@ Status upload_fluxbin(const WeightTensor& w, DevWeight* dst, void** alloc, uint6
   return ok_status();
 }
 
-void launch_fluxbin_gemv_set(const GemvSet& set, const float* x, int n, bool accumulate, cudaStream_t s) {
+namespace {
+
+// Warps and rows per warp of the GEMV's blocks: "WxR" from FRUGAL_FLUXBIN_GEMV (8x2, 16x2, 8x4,
+// 16x4; for measuring the trade-off), else the default.
+struct FluxBinShape {
+  int warps = 16, rows = 2;
+};
+FluxBinShape fluxbin_shape() {
+  static const FluxBinShape shape = [] {
+    FluxBinShape s;
+    const char* e = std::getenv("FRUGAL_FLUXBIN_GEMV");
+    if (e == nullptr) return s;
+    const std::string v(e);
+    if (v == "8x2" || v == "16x2" || v == "8x4" || v == "16x4") {
+      s.warps = v[0] == '8' ? 8 : 16;
+      s.rows = v.back() - '0';
+    }
+    return s;
+  }();
+  return shape;
+}
+
+template <int W, int R>
+void launch_fluxbin_shape(const GemvSet& set, const float* x, int n, bool accumulate, cudaStream_t s) {
   GemvSet g = set;
-  const int total = gemv_layout(g, kWarps * kRows);
+  const int total = gemv_layout(g, W * R);
   if (total <= 0 || n <= 0) return;
   label("fluxbin_gemv", g, n);
   // Two tokens per launch at most (the tables of more do not fit shared memory): each launch reads
@@ -337,14 +379,24 @@ void launch_fluxbin_gemv_set(const GemvSet& set, const float* x, int n, bool acc
     if (g.n > 2) p.y2 = g.y2 + static_cast<int64_t>(t0) * g.w2.rows;
     const float* xp = x + static_cast<int64_t>(t0) * g.w0.cols;
     if (nt == 2) {
-      launch_kernel("fluxbin_gemv_kernel<NT=2>", fluxbin_gemv_kernel<2, 1>, dim3(static_cast<unsigned>(total)),
-                    dim3(kThreads), 0, s, p, xp, 2, accumulate ? 1 : 0);
+      launch_kernel("fluxbin_gemv_kernel<NT=2>", fluxbin_gemv_kernel<2, 1, W, R>, dim3(static_cast<unsigned>(total)),
+                    dim3(W * kWarp), 0, s, p, xp, 2, accumulate ? 1 : 0);
     } else {
-      launch_kernel("fluxbin_gemv_kernel<NT=1>", fluxbin_gemv_kernel<1, 2>, dim3(static_cast<unsigned>(total)),
-                    dim3(kThreads), 0, s, p, xp, 1, accumulate ? 1 : 0);
+      launch_kernel("fluxbin_gemv_kernel<NT=1>", fluxbin_gemv_kernel<1, 2, W, R>, dim3(static_cast<unsigned>(total)),
+                    dim3(W * kWarp), 0, s, p, xp, 1, accumulate ? 1 : 0);
     }
     t0 += nt;
   }
+}
+
+}  // namespace
+
+void launch_fluxbin_gemv_set(const GemvSet& set, const float* x, int n, bool accumulate, cudaStream_t s) {
+  const FluxBinShape shape = fluxbin_shape();
+  if (shape.warps == 8 && shape.rows == 2) return launch_fluxbin_shape<8, 2>(set, x, n, accumulate, s);
+  if (shape.warps == 8 && shape.rows == 4) return launch_fluxbin_shape<8, 4>(set, x, n, accumulate, s);
+  if (shape.warps == 16 && shape.rows == 4) return launch_fluxbin_shape<16, 4>(set, x, n, accumulate, s);
+  launch_fluxbin_shape<16, 2>(set, x, n, accumulate, s);
 }
 
 void launch_fluxbin_dequant_f16(const DevWeight& w, __half* out, cudaStream_t s) {
