@@ -2,11 +2,13 @@
 // embedding rows (fluxbin.cuh has the layout and the reasoning).
 #include "frugal/backend/cuda/fluxbin.cuh"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "frugal/backend/cuda/cuda_backend.h"
 #include "frugal/backend/cuda/gemv_common.cuh"
 #include "frugal/quant/fluxbin.h"
 
@@ -343,24 +345,28 @@ Status upload_fluxbin(const WeightTensor& w, DevWeight* dst, void** alloc, uint6
 
 namespace {
 
-// Warps and rows per warp of the GEMV's blocks: "WxR" from FRUGAL_FLUXBIN_GEMV (8x2, 16x2, 8x4,
-// 16x4; for measuring the trade-off), else the default.
-struct FluxBinShape {
-  int warps = 16, rows = 2;
-};
-FluxBinShape fluxbin_shape() {
-  static const FluxBinShape shape = [] {
-    FluxBinShape s;
-    const char* e = std::getenv("FRUGAL_FLUXBIN_GEMV");
-    if (e == nullptr) return s;
-    const std::string v(e);
-    if (v == "8x2" || v == "16x2" || v == "8x4" || v == "16x4") {
-      s.warps = v[0] == '8' ? 8 : 16;
-      s.rows = v.back() - '0';
-    }
-    return s;
-  }();
-  return shape;
+// Warps and rows per warp of the GEMV's blocks (W x R rows share one block's tables): from
+// FRUGAL_FLUXBIN_GEMV at the first launch, or set_fluxbin_gemv_shape(); 8x4 otherwise, the
+// fastest one-token shape measured (docs/quantization.md).
+std::atomic<int> g_shape{0};  // 10 * warps + rows; 0: not chosen yet
+
+bool parse_shape(const std::string& v, int* code) {
+  if (v == "8x2" || v == "16x2" || v == "8x4" || v == "16x4") {
+    *code = (v[0] == '8' ? 80 : 160) + (v.back() - '0');
+    return true;
+  }
+  return false;
+}
+
+int fluxbin_shape() {
+  int code = g_shape.load(std::memory_order_relaxed);
+  if (code != 0) return code;
+  code = 84;
+  const char* e = std::getenv("FRUGAL_FLUXBIN_GEMV");
+  if (e != nullptr) parse_shape(e, &code);
+  int expected = 0;
+  g_shape.compare_exchange_strong(expected, code, std::memory_order_relaxed);
+  return g_shape.load(std::memory_order_relaxed);
 }
 
 template <int W, int R>
@@ -391,12 +397,22 @@ void launch_fluxbin_shape(const GemvSet& set, const float* x, int n, bool accumu
 
 }  // namespace
 
+Status set_fluxbin_gemv_shape(const std::string& shape) {
+  int code = 0;
+  if (!parse_shape(shape, &code)) {
+    return fail(ErrorCode::kInvalidArgument, "cuda: FluxBin GEMV shape '", shape, "' is not one of 8x2, 16x2, 8x4, 16x4");
+  }
+  g_shape.store(code, std::memory_order_relaxed);
+  return ok_status();
+}
+
 void launch_fluxbin_gemv_set(const GemvSet& set, const float* x, int n, bool accumulate, cudaStream_t s) {
-  const FluxBinShape shape = fluxbin_shape();
-  if (shape.warps == 8 && shape.rows == 2) return launch_fluxbin_shape<8, 2>(set, x, n, accumulate, s);
-  if (shape.warps == 8 && shape.rows == 4) return launch_fluxbin_shape<8, 4>(set, x, n, accumulate, s);
-  if (shape.warps == 16 && shape.rows == 4) return launch_fluxbin_shape<16, 4>(set, x, n, accumulate, s);
-  launch_fluxbin_shape<16, 2>(set, x, n, accumulate, s);
+  switch (fluxbin_shape()) {
+    case 82: return launch_fluxbin_shape<8, 2>(set, x, n, accumulate, s);
+    case 162: return launch_fluxbin_shape<16, 2>(set, x, n, accumulate, s);
+    case 164: return launch_fluxbin_shape<16, 4>(set, x, n, accumulate, s);
+    default: return launch_fluxbin_shape<8, 4>(set, x, n, accumulate, s);
+  }
 }
 
 void launch_fluxbin_dequant_f16(const DevWeight& w, __half* out, cudaStream_t s) {

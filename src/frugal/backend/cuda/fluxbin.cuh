@@ -40,6 +40,7 @@ Status upload_fluxbin(const WeightTensor& w, DevWeight* dst, void** alloc, uint6
 
 // y_i [n][rows] (+)= x [n][cols] W_i^T (+ b_i) for the set's FluxBin weights, n <= kGemvMaxTokens.
 void launch_fluxbin_gemv_set(const GemvSet& set, const float* x, int n, bool accumulate, cudaStream_t s);
+// set_fluxbin_gemv_shape (cuda_backend.h) picks the GEMV's block shape.
 void launch_fluxbin_dequant_f16(const DevWeight& w, __half* out, cudaStream_t s);
 void launch_fluxbin_get_rows(const DevWeight& w, const int32_t* ids, int n, float* y, cudaStream_t s);
 
