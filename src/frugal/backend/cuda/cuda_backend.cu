@@ -776,10 +776,15 @@ class CudaBackend final : public Backend {
     Status keep_tokens(int layer, int seq, int head, const std::vector<int32_t>& slots) override {
       return b_.keep_head_tokens(layer, seq, head, slots);
     }
+    // The rows each head holds as eviction sees them: a head thinned by a round whose compaction
+    // is still queued counts its kept rows, not the device slot's old row count.
     uint64_t used_bytes(int seq) const override {
       if (seq < 0 || seq >= b_.kv_.n_seq) return 0;
-      return static_cast<uint64_t>(b_.seq_pos_[static_cast<size_t>(seq)].size()) * b_.kv_.n_layer *
-             b_.kv_.n_head_kv * b_.kv_.head_dim * 2 * sizeof(__half);
+      uint64_t rows = 0;
+      for (int l = 0; l < b_.kv_.n_layer; ++l) {
+        for (int h = 0; h < b_.kv_.n_head_kv; ++h) rows += static_cast<uint64_t>(size(l, seq, h));
+      }
+      return rows * static_cast<uint64_t>(b_.kv_.head_dim) * 2 * sizeof(__half);
     }
     bool enable_token_stats() override {
       b_.stats_on_ = true;
