@@ -59,8 +59,8 @@ Result<DeviceInfo> device_info(int device = 0);
 Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations = false,
                         bool accumulate = false);
 // The FluxBin GEMV's block shape, "WxR" (W warps of R rows sharing one block's tables: 8x2, 16x2,
-// 8x4 or 16x4), for the launches after it; FRUGAL_FLUXBIN_GEMV sets it for a whole run, 8x4 by
-// default. kInvalidArgument names any other string.
+// 8x4 or 16x4), for the launches after it; FRUGAL_FLUXBIN_GEMV sets it for a whole run, 16x2
+// by default. kInvalidArgument names any other string.
 Status set_fluxbin_gemv_shape(const std::string& shape);
 // Products of Q8_0 and Q4_K weights from this many tokens on (up to 8) run on the tensor-core kernel
 // instead of the decode GEMV: 9 by default for every type (never below 9: the GEMV is the faster
