@@ -85,7 +85,11 @@ if [ "$PHASE" = bench ]; then
   # that finished. SERVE_S is the time one needs at least (the next is skipped when less is left).
   for pol in $(echo "${POLICIES:-full,window,random}" | tr ',' ' '); do
     [ "$(left)" -gt "${SERVE_S:-90}" ] || { say "skipping $pol and the policies after it: $(left) s left"; break; }
-    step "serving-$pol" env FRUGAL_CUDA_PDL=1 python3 "$ROOT/bench/kv_serving.py" --frugal "$F" -m "$M" --device cuda \
+    # At most SERVE_MAX_S seconds a policy (default: all that is left but 20 s), so that one too slow
+    # to finish (the scored policies at the 8B shape) still lets the call end with its archive.
+    cap=${SERVE_MAX_S:-$(($(left) - 20))}
+    [ "$cap" -le "$(($(left) - 20))" ] || cap=$(($(left) - 20))
+    step "serving-$pol" timeout "$cap" env FRUGAL_CUDA_PDL=1 python3 "$ROOT/bench/kv_serving.py" --frugal "$F" -m "$M" --device cuda \
       --parallel 64 --requests 64 --max-tokens "$MAXT" --ctx $((MAXT + 64)) --budget 0.25 --memory-fraction 0 \
       --policies "$pol" --json "$WORK/serving-$pol.json" --server-log "$WORK/serve"
     cat "$WORK/serving-$pol.out"

@@ -27,6 +27,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -198,7 +199,15 @@ def run_config(args, policy, memory, port):
     }
 
 
+def stop_on_sigterm(signum, frame):
+    """A caller's time limit (timeout(1) sends SIGTERM): leave through the finally blocks, so the
+    server started for the running configuration is stopped instead of outliving this script."""
+    print("kv_serving: stopped by SIGTERM (time limit) before the configuration finished", file=sys.stderr, flush=True)
+    sys.exit(124)
+
+
 def main():
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frugal", default="build/bin/frugal")
     ap.add_argument("-m", "--model", default="models/default.gguf")
