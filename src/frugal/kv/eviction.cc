@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "frugal/core/half.h"
+#include "frugal/kv/attention_probs.h"
 
 namespace frugal {
 namespace {
@@ -244,36 +245,22 @@ Status KvEvictor::round(KvTokenStore& kv, int seq) {
 void KvEvictor::attention_probs(const KvTokenStore& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq) {
   const int hd = attn_.head_dim;
   const int n_rep = attn_.n_head / attn_.n_head_kv;
-  const int32_t* pos = kv.positions(layer, seq, head);
   const int cap = opts_.buffer;
-  probs_.assign(static_cast<size_t>(n_rep) * nq * n, 0.f);
+  qrows_.resize(static_cast<size_t>(n_rep) * nq);
+  qpos_.resize(qrows_.size());
   for (int r = 0; r < n_rep; ++r) {
     const int qh = head * n_rep + r;
     for (int j = 0; j < nq; ++j) {
       const int64_t idx = (rg.count - nq + j) % cap;  // oldest first
-      const float* q = rg.q.data() + static_cast<size_t>(idx) * attn_.n_head * hd + static_cast<size_t>(qh) * hd;
-      const int32_t qp = rg.pos[static_cast<size_t>(idx)];
-      float* row = probs_.data() + (static_cast<size_t>(r) * nq + j) * n;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int32_t i = 0; i < n; ++i) {
-        if (pos[i] > qp || (attn_.window > 0 && pos[i] <= qp - attn_.window)) continue;
-        const float* k = keys_.data() + static_cast<size_t>(i) * hd;
-        float s = 0.f;
-        for (int e = 0; e < hd; ++e) s += q[e] * k[e];
-        row[i] = s * attn_.scale;
-        mx = std::max(mx, row[i]);
-      }
-      if (mx == -std::numeric_limits<float>::infinity()) continue;
-      double z = 0;
-      for (int32_t i = 0; i < n; ++i) {
-        if (pos[i] > qp || (attn_.window > 0 && pos[i] <= qp - attn_.window)) continue;
-        row[i] = std::exp(row[i] - mx);
-        z += row[i];
-      }
-      const float inv = static_cast<float>(1.0 / z);
-      for (int32_t i = 0; i < n; ++i) row[i] *= inv;
+      const size_t row = static_cast<size_t>(r) * nq + j;
+      qrows_[row] = rg.q.data() + static_cast<size_t>(idx) * attn_.n_head * hd + static_cast<size_t>(qh) * hd;
+      qpos_[row] = rg.pos[static_cast<size_t>(idx)];
     }
   }
+  probs_.resize(qrows_.size() * static_cast<size_t>(n));
+  const ProbsQueries q{qrows_.data(), qpos_.data(), static_cast<int>(qrows_.size())};
+  frugal::attention_probs(q, keys_.data(), kv.positions(layer, seq, head), n, hd, attn_.scale, attn_.window,
+                          probs_.data(), probs_scratch_);
 }
 
 Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {

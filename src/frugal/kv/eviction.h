@@ -128,7 +128,9 @@ class KvEvictor final : public AttentionObserver {
   int32_t trace_len_ = 0;
   std::vector<float> qmean_;
   // Scratch reused across rounds.
-  std::vector<float> keys_, probs_, scores_, sel_;
+  std::vector<float> keys_, probs_, scores_, sel_, probs_scratch_;
+  std::vector<const float*> qrows_;  // attention_probs: the recorded query rows of a head group
+  std::vector<int32_t> qpos_;
   std::vector<int32_t> keep_;
 };
 
