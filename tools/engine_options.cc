@@ -89,6 +89,14 @@ constexpr FlagRow kFlags[] = {
      "flexprefill: a head is query-aware when sqrt(JS divergence) of pooled vs estimated block attention is below "
      "this, in [0, 1]",
      "0.1"},
+    {"flex-min-budget", "--flex-min-budget", "INT",
+     "flexprefill: fewest tokens of key blocks and of diagonal blocks per query head, rounded up to 64-token "
+     "blocks (the reference's min_budget; query-aware heads keep them too); 0: no minimum",
+     "0"},
+    {"flex-max-budget", "--flex-max-budget", "INT",
+     "flexprefill: most tokens of key blocks and of diagonal blocks per vertical-slash head, rounded up to "
+     "64-token blocks (the reference's max_budget; wins over the minimum); 0: no cap",
+     "0"},
     {"crisp-gamma", "--crisp-gamma", "FLOAT",
      "crisp: most of the non-sink attention mass covered (1: no cap, the noise floor alone stops), in (0, 1]", "1"},
     {"crisp-floor", "--crisp-floor", "FLOAT",

@@ -157,6 +157,77 @@ TEST(FlexPrefill, FullCoverageKeepsEveryCausalBlock) {
   EXPECT_EQ(scratch.heads_query_aware, 2);
 }
 
+// The reference's min_budget / max_budget (tokens, rounded up to 64-token blocks) bound each query
+// head's key blocks and diagonal blocks: under a cap of one block a vertical-slash head keeps one
+// of each (its coverage's own when that is one, else the sink block and the main diagonal, which
+// rank first); a minimum of every block keeps every causal block; a minimum on query-aware heads
+// adds key blocks to their map's choice.
+TEST(FlexPrefill, BudgetsBoundEachHeadsBlocks) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const testing::Planted pl = testing::make_planted(rng);
+  const testing::PlantedBlocks pb = testing::make_planted_blocks(rng);
+  for (int32_t q_pos0 : {0, pl.n_k - 1000}) {
+    SCOPED_TRACE("chunk from " + std::to_string(q_pos0));
+    const HeadInput in = chunk_of(pl.q, pl.n_head, pl.k, pl.head_dim, pl.n_k, pl.scale, q_pos0);
+    Scratch scratch;
+    OwnedMask free_mask(in);
+    const int64_t unbounded = select_blocks(FlexPrefill(flex_options()), in, scratch, free_mask.mask);
+    for (int32_t cap : {1, 64}) {  // both round up to one block
+      PrefillSparseOptions o = flex_options();
+      o.flex_max_budget = cap;
+      OwnedMask m(in);
+      const int64_t kept = select_blocks(FlexPrefill(o), in, scratch, m.mask);
+      // Per head one key block and one diagonal at most, plus the sink and the diagonal every
+      // chunk keeps: a row holds at most 2 per query head and 2 more.
+      for (int32_t qb = m.mask.qb0; qb < m.mask.qb0 + m.mask.n_qb; ++qb) {
+        int32_t row = 0;
+        for (int32_t kb = 0; kb <= qb; ++kb) row += m.at(qb, kb) ? 1 : 0;
+        EXPECT_LE(row, 2 * pl.n_head + 2) << "max budget " << cap << ", query block " << qb;
+      }
+      EXPECT_LT(kept, unbounded);
+    }
+    PrefillSparseOptions all = flex_options();
+    all.flex_min_budget = pl.n_k;
+    all.flex_max_budget = 0;
+    OwnedMask m(in);
+    EXPECT_EQ(select_blocks(FlexPrefill(all), in, scratch, m.mask), causal_blocks(m.mask));
+    // The cap wins over the minimum, as the reference's clamp.
+    all.flex_max_budget = 64;
+    OwnedMask capped(in);
+    select_blocks(FlexPrefill(all), in, scratch, capped.mask);
+    EXPECT_EQ(capped.bits, [&] {
+      PrefillSparseOptions one = flex_options();
+      one.flex_max_budget = 64;
+      OwnedMask c(in);
+      select_blocks(FlexPrefill(one), in, scratch, c.mask);
+      return c.bits;
+    }());
+  }
+  // Query-aware heads: a minimum of 4 blocks adds the 4 key blocks of most estimated mass (the sink
+  // first) to the map's choice, so the last query block keeps at least 4 and the chunk more than
+  // without it.
+  const HeadInput in = chunk_of(pb.q, pb.n_head, pb.k, pb.head_dim, pb.n_k, pb.scale, pb.n_k - 1000);
+  Scratch scratch;
+  OwnedMask plain(in), with_min(in);
+  const int64_t base = select_blocks(FlexPrefill(flex_options()), in, scratch, plain.mask);
+  ASSERT_EQ(scratch.heads_query_aware, pb.n_head);
+  PrefillSparseOptions o = flex_options();
+  o.flex_min_budget = 4 * kSparseBlock;
+  Scratch scratch2;
+  const int64_t kept = select_blocks(FlexPrefill(o), in, scratch2, with_min.mask);
+  EXPECT_EQ(scratch2.heads_query_aware, pb.n_head);
+  const int32_t last = with_min.mask.qb0 + with_min.mask.n_qb - 1;
+  int32_t in_last = 0;
+  for (int32_t kb = 0; kb <= last; ++kb) in_last += with_min.at(last, kb) ? 1 : 0;
+  EXPECT_GE(in_last, 4);
+  EXPECT_GT(kept, base);
+  for (size_t i = 0; i < plain.bits.size(); ++i) {
+    ASSERT_TRUE(!plain.bits[i] || with_min.bits[i]) << "a block of the map's choice was dropped";
+  }
+}
+
 TEST(FlexPrefill, Options) {
   PrefillSparseOptions o;
   ASSERT_TRUE(set_option(o, "prefill-sparse", "flexprefill", "--prefill-sparse").ok());
@@ -173,6 +244,16 @@ TEST(FlexPrefill, Options) {
   EXPECT_FLOAT_EQ(o.flex_tau, 0.25f);
   EXPECT_TRUE(is_option("flex-gamma"));
   EXPECT_TRUE(is_option("flex-tau"));
+  EXPECT_EQ(o.flex_min_budget, 0);
+  EXPECT_EQ(o.flex_max_budget, 0);
+  EXPECT_TRUE(set_option(o, "flex-min-budget", "512", "--flex-min-budget").ok());
+  EXPECT_EQ(o.flex_min_budget, 512);
+  EXPECT_TRUE(set_option(o, "flex-max-budget", "8192", "--flex-max-budget").ok());
+  EXPECT_EQ(o.flex_max_budget, 8192);
+  EXPECT_FALSE(set_option(o, "flex-min-budget", "-1", "--flex-min-budget").ok());
+  EXPECT_FALSE(set_option(o, "flex-max-budget", "many", "--flex-max-budget").ok());
+  EXPECT_EQ(o.flex_min_budget, 512);
+  EXPECT_EQ(o.flex_max_budget, 8192);
   const struct {
     const char* name;
     const char* value;

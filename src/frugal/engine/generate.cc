@@ -141,9 +141,8 @@ std::vector<std::string> generate_option_names() {
   std::vector<std::string> names = {"kv-type",   "temp",      "top-k",     "top-p",   "min-p", "seed", "n-batch", "ctx-size", "n-predict",
           "kv-policy", "kv-budget", "kv-budget-of", "kv-buffer", "kv-protect-prompt", "kv-seed", "kv-quant",
           "kv-memory", "spec", "spec-k", "spec-skip", "spec-candidates", "spec-rule", "spec-confidence",
-          "spec-skip-set", "spec-seed", "spec-search-every", "draft", "draft-memory", "prefill-sparse",
-          "sparse-min-blocks", "sparse-last-q", "sparse-vertical", "sparse-slash", "flex-gamma", "flex-tau",
-          "crisp-gamma", "crisp-floor", "crisp-route"};
+          "spec-skip-set", "spec-seed", "spec-search-every", "draft", "draft-memory"};
+  for (const std::string& n : sparse::option_names()) names.push_back(n);
   for (const std::string& n : tilemix::option_names()) names.push_back(n);
   return names;
 }

@@ -34,6 +34,43 @@ float dot(const float* a, const float* b, int dim) {
   return s;
 }
 
+// Budget of one query head in blocks (the reference's min_budget / max_budget: tokens rounded up
+// to whole blocks); 0: no bound.
+int32_t budget_blocks(int32_t tokens) { return tokens > 0 ? (tokens + kSparseBlock - 1) / kSparseBlock : 0; }
+
+// Keeps between lo and hi (0: no bound; hi wins where lo > hi, as the reference's clamp) of the
+// flagged entries of flags[0, n): above hi the flagged ones of least mass are dropped, below lo
+// the unflagged ones of most mass are added. Entry `first` ranks above every other (the
+// reference's sink block for keys, the diagonal for offsets), ties go to the lower index.
+void clamp_blocks(uint8_t* flags, const float* mass, int32_t n, int32_t first, int32_t lo, int32_t hi,
+                  int32_t* order) {
+  if (n <= 0) return;
+  int32_t count = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    order[i] = i;
+    count += flags[i] ? 1 : 0;
+  }
+  if (lo > 0 && hi > 0) lo = std::min(lo, hi);
+  if (!((hi > 0 && count > hi) || count < lo)) return;
+  std::sort(order, order + n, [&](int32_t a, int32_t b) {
+    if ((a == first) != (b == first)) return a == first;
+    if (mass[a] != mass[b]) return mass[a] > mass[b];
+    return a < b;
+  });
+  for (int32_t r = n - 1; hi > 0 && count > hi && r >= 0; --r) {
+    if (flags[order[r]]) {
+      flags[order[r]] = 0;
+      --count;
+    }
+  }
+  for (int32_t r = 0; count < lo && r < n; ++r) {
+    if (!flags[order[r]]) {
+      flags[order[r]] = 1;
+      ++count;
+    }
+  }
+}
+
 }  // namespace
 
 double sqrt_js_divergence(const float* p, const float* q, int32_t n) {
@@ -62,11 +99,12 @@ void FlexPrefill::select(const HeadInput& in, Scratch& scratch, const BlockMask&
   const int32_t n_map = mask.n_qb * mask.n_kb;
 
   // qt [dim][L], a [n_k][L], m, l [L], vert, slash [n_k], kbar [n_blocks][dim], qmean [dim],
-  // pooled, vblock_mass [n_blocks], qbar [n_qb][dim], map [n_qb][n_kb].
+  // pooled, vblock_mass [n_blocks], qbar [n_qb][dim], map [n_qb][n_kb], and for the budgets the
+  // slash mass of each diagonal block (offsets [64 d, 64 d + 64)) [n_blocks + 1].
   const size_t need = static_cast<size_t>(dim) * L + static_cast<size_t>(n_k) * L + 2 * static_cast<size_t>(L) +
                       2 * static_cast<size_t>(n_k) + static_cast<size_t>(n_blocks) * dim + dim +
                       2 * static_cast<size_t>(n_blocks) + static_cast<size_t>(mask.n_qb) * dim +
-                      static_cast<size_t>(n_map);
+                      static_cast<size_t>(n_map) + static_cast<size_t>(n_blocks) + 1;
   if (scratch.f.size() < need) scratch.f.resize(need);
   float* qt = scratch.f.data();
   float* a = qt + static_cast<size_t>(dim) * L;
@@ -80,14 +118,36 @@ void FlexPrefill::select(const HeadInput& in, Scratch& scratch, const BlockMask&
   float* vmass = pooled + n_blocks;
   float* qbar = vmass + n_blocks;
   float* map = qbar + static_cast<size_t>(mask.n_qb) * dim;
-  // flags: selected keys [n_k], offsets [n_k], key blocks and offset blocks hit [n_blocks + 1] each.
-  scratch.b.assign(2 * static_cast<size_t>(n_k) + 2 * (static_cast<size_t>(n_blocks) + 1), 0);
+  float* smass = map + n_map;
+  // flags: selected keys [n_k], offsets [n_k], key blocks and offset blocks hit [n_blocks + 1] each
+  // (the group's union), and with budgets one query head's key and offset blocks [n_blocks + 1] each.
+  const int32_t lo = budget_blocks(o_.flex_min_budget), hi = budget_blocks(o_.flex_max_budget);
+  const bool budgets = lo > 0 || hi > 0;
+  scratch.b.assign(2 * static_cast<size_t>(n_k) + 4 * (static_cast<size_t>(n_blocks) + 1), 0);
   uint8_t* vsel = scratch.b.data();
   uint8_t* ssel = vsel + n_k;
   uint8_t* vblock = ssel + n_k;
   uint8_t* dblock = vblock + n_blocks + 1;
-  if (scratch.i.size() < static_cast<size_t>(std::max(n_k, n_map))) scratch.i.resize(static_cast<size_t>(std::max(n_k, n_map)));
+  uint8_t* head_vblock = dblock + n_blocks + 1;
+  uint8_t* head_dblock = head_vblock + n_blocks + 1;
+  const size_t n_int = static_cast<size_t>(std::max(n_k, n_map)) + static_cast<size_t>(n_blocks) + 1;
+  if (scratch.i.size() < n_int) scratch.i.resize(n_int);
   int32_t* cand = scratch.i.data();
+  int32_t* order = cand + std::max(n_k, n_map);
+  // One head's key and diagonal blocks, bounded by the budgets, into the group's union.
+  const auto add_head_blocks = [&](bool query_aware) {
+    std::memset(head_vblock, 0, 2 * (static_cast<size_t>(n_blocks) + 1));
+    if (!query_aware) mark_vertical_slash(vsel, ssel, n_k, head_vblock, head_dblock);
+    std::fill(smass, smass + n_blocks + 1, 0.f);
+    for (int32_t o = 0; o < n_k; ++o) smass[o / kSparseBlock] += slash[o];
+    // Query-aware heads: only the minimum (their other blocks come from the map).
+    clamp_blocks(head_vblock, vmass, n_blocks, 0, lo, query_aware ? 0 : hi, order);
+    clamp_blocks(head_dblock, smass, n_blocks + 1, 0, lo, query_aware ? 0 : hi, order);
+    for (int32_t b = 0; b <= n_blocks; ++b) {
+      vblock[b] |= head_vblock[b];
+      dblock[b] |= head_dblock[b];
+    }
+  };
 
   const auto t_keys = std::chrono::steady_clock::now();
   key_block_means(in, kbar);
@@ -133,6 +193,7 @@ void FlexPrefill::select(const HeadInput& in, Scratch& scratch, const BlockMask&
         for (int32_t kb = 0; kb < n_row; ++kb) cand[n_cand++] = r * mask.n_kb + kb;
       }
       cover(map, cand, n_cand, gamma * mask.n_qb, mask.bits);
+      if (lo > 0) add_head_blocks(true);
     } else {
       ++scratch.heads_vertical_slash;
       std::memset(vsel, 0, 2 * static_cast<size_t>(n_k));
@@ -145,7 +206,11 @@ void FlexPrefill::select(const HeadInput& in, Scratch& scratch, const BlockMask&
       cover(vert, cand, n_k, gamma * vsum, vsel);
       for (int32_t j = 0; j < n_k; ++j) cand[j] = j;
       cover(slash, cand, n_k, gamma * ssum, ssel);
-      mark_vertical_slash(vsel, ssel, n_k, vblock, dblock);
+      if (budgets) {
+        add_head_blocks(false);
+      } else {
+        mark_vertical_slash(vsel, ssel, n_k, vblock, dblock);
+      }
     }
   }
   apply_vertical_slash(mask, n_blocks, vblock, dblock);

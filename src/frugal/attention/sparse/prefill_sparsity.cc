@@ -70,8 +70,8 @@ Result<Method> parse_method(const std::string& value) {
 }
 
 std::vector<std::string> option_names() {
-  return {"prefill-sparse", "sparse-min-blocks", "sparse-last-q", "sparse-vertical", "sparse-slash",
-          "flex-gamma",     "flex-tau",          "crisp-gamma",   "crisp-floor",     "crisp-route"};
+  return {"prefill-sparse",  "sparse-min-blocks", "sparse-last-q", "sparse-vertical", "sparse-slash", "flex-gamma",
+          "flex-tau",        "flex-min-budget",   "flex-max-budget", "crisp-gamma",   "crisp-floor",  "crisp-route"};
 }
 
 bool is_option(const std::string& name) {
@@ -110,6 +110,14 @@ Status set_option(PrefillSparseOptions& o, const std::string& name, const std::s
   }
   if (name == "flex-tau") {
     FRUGAL_ASSIGN_OR_RETURN(o.flex_tau, parse_real(label, value, 0, 1, false));
+    return ok_status();
+  }
+  if (name == "flex-min-budget") {
+    FRUGAL_ASSIGN_OR_RETURN(o.flex_min_budget, parse_count(label, value, 0, kMax));
+    return ok_status();
+  }
+  if (name == "flex-max-budget") {
+    FRUGAL_ASSIGN_OR_RETURN(o.flex_max_budget, parse_count(label, value, 0, kMax));
     return ok_status();
   }
   if (name == "crisp-gamma") {

@@ -42,6 +42,11 @@ struct PrefillSparseOptions {
   // and the square-root Jensen-Shannon divergence below which a head is query-aware (tau).
   float flex_gamma = 0.9f;
   float flex_tau = 0.1f;
+  // FlexPrefill: per query head, the fewest and most tokens of key blocks and of diagonal blocks
+  // (each rounded up to whole 64-token blocks, as the reference's min_budget / max_budget); 0: no
+  // bound. Query-aware heads keep min of each as well, as the reference does.
+  int32_t flex_min_budget = 0;
+  int32_t flex_max_budget = 0;
   // CRISP: the share of the non-sink mass covered at most (gamma), the multiple of the uniform
   // background an index or block needs to be kept (floor), and the structural mass C_struct from
   // which a head is vertical-slash (route).
@@ -66,7 +71,8 @@ struct PrefillSparseStats {
 };
 
 // Option names as the CLI spells them (without "--"): prefill-sparse, sparse-min-blocks,
-// sparse-last-q, sparse-vertical, sparse-slash, flex-gamma, flex-tau, crisp-gamma, crisp-floor,
+// sparse-last-q, sparse-vertical, sparse-slash, flex-gamma, flex-tau, flex-min-budget, flex-max-budget,
+// crisp-gamma, crisp-floor,
 // crisp-route.
 std::vector<std::string> option_names();
 bool is_option(const std::string& name);
