@@ -63,11 +63,13 @@ def open_with_retries(req, timeout, retries):
 
 
 def post_stream(url, body, timeout):
-    """Streams one completion; returns (first-token time, end time, completion tokens, retries, text)."""
+    """Streams one completion; returns (first-token time, end time, completion tokens, retries, text,
+    the most K/V bytes the request held at once: its record's kv_peak_bytes, in the usage chunk)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     t0 = time.monotonic()
     first = None
     tokens = 0
+    peak = None
     text = []
     resp, retries = open_with_retries(req, timeout, 5)
     with resp as r:
@@ -85,8 +87,10 @@ def post_stream(url, body, timeout):
                     first = time.monotonic()
             if ev.get("usage"):
                 tokens = ev["usage"].get("completion_tokens", tokens)
+            if ev.get("timings"):
+                peak = ev["timings"].get("kv_peak_bytes", peak)
     end = time.monotonic()
-    return (first or end) - t0, end - t0, tokens, retries, "".join(text)
+    return (first or end) - t0, end - t0, tokens, retries, "".join(text), peak
 
 
 def final_answer(completion):
@@ -196,6 +200,10 @@ def run_config(args, policy, memory, port):
         "connection_retries": sum(r[3] for r in done),
         "accuracy": accuracy,
         "pool_pages": metric(metrics, "frugal:kv_pool_pages"),
+        # K/V bytes each request held at most (its record), and their sum: what the sequences
+        # needed at their peaks, whatever the device reserved for their slots.
+        "kv_peak_bytes_mean": statistics.mean(r[5] for r in done) if all(r[5] is not None for r in done) else None,
+        "kv_peak_bytes_sum": sum(r[5] for r in done) if all(r[5] is not None for r in done) else None,
     }
 
 
@@ -257,6 +265,7 @@ def main():
         print(f"{policy:8s} {r['tok_per_s']:9.1f} tok/s  wall {r['wall_s']:7.1f} s  latency mean {r['mean_latency_s']:6.1f} "
               f"p95 {r['p95_latency_s']:6.1f} s  TTFT {r['mean_ttft_s']:6.2f} s  TPOT {r['tpot_ms']:6.1f} ms  "
               f"preemptions {r['preemptions'] or 0:.0f}  connection retries {r['connection_retries']}"
+              + (f"  peak KV/request {r['kv_peak_bytes_mean'] / 2**20:.1f} MiB" if r["kv_peak_bytes_mean"] else "")
               + (f"  accuracy {r['accuracy']['rate']:.3f} [{r['accuracy']['ci95'][0]:.3f}, {r['accuracy']['ci95'][1]:.3f}]"
                  f" n={r['accuracy']['n']}" if r["accuracy"] else ""), flush=True)
     if args.json:

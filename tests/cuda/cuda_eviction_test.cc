@@ -3,8 +3,8 @@
 // separately, composes two rounds before a step, refuses malformed keeps and uneven heads with a
 // named error; the engine's window and random policies decode on the GPU the tokens they decode
 // on the CPU (the same tokens kept, the same greedy choices); the queries a GPU pass copies back for
-// the scored policies are the CPU pass's, and those policies decode there. Every test skips without
-// a GPU.
+// the scored policies are the CPU pass's, the statistics they score with are computed on the device
+// as the host computes them, and those policies decode there. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +21,8 @@
 #include "frugal/backend/cuda/cuda_backend.h"
 #include "frugal/engine/engine.h"
 #include "frugal/eval/task.h"
+#include "frugal/kv/attention_probs.h"
+#include "frugal/kv/round_stats.h"
 #include "frugal/kv/token_store.h"
 #include "frugal/model/model.h"
 #include "frugal/tokenize/tokenizer.h"
@@ -374,6 +376,128 @@ TEST(CudaEviction, ObserverGetsTheQueriesOfTheCpuPass) {
       if (l == 0 || l + 1 == rg.calls.size()) std::printf("step %d layer %zu: queries rel_l2 GPU vs CPU %.2e\n", step, l, rel);
     }
   }
+}
+
+// The statistics a scored round reads, computed on the device rows (KvTokenStore::round_stats),
+// equal the host's from the same rows (kv/round_stats.h, kv/attention_probs.h): fresh random
+// queries over every layer of a sequence as prefilled and of one thinned by a round and then grown
+// by a step (its device slots no longer follow positions), with and without a sliding window. A
+// layer whose keep is still queued is left to the host (false), the others are not.
+TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
+  SKIP_WITHOUT_GPU();
+  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
+  auto model = Model::load(default_model());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  Model& m = **model;
+  auto gpu = make_cuda_backend();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  auto kv = KvCache::create(m.kv_options(2, 64));
+  ASSERT_TRUE(kv.ok());
+  auto store_r = (*gpu)->device_kv(m, kv->options());
+  ASSERT_TRUE(store_r.ok()) << store_r.status().message();
+  KvTokenStore& st = **store_r;
+  const KvStoreShape sh = st.store_shape();
+  const int n_head = static_cast<int>(m.config().n_head), hd = sh.head_dim, n_rep = n_head / sh.n_head_kv;
+  const int64_t nv = m.config().n_vocab;
+  Batch b;
+  for (int s = 0; s < 2; ++s) {
+    for (int i = 0; i < 40; ++i) b.add(static_cast<TokenId>((11 * i + 5 * s + 1) % nv), i, s, i == 39);
+  }
+  std::vector<float> logits(static_cast<size_t>(2 * nv));
+  ASSERT_TRUE(m.forward(b, *kv, **gpu, logits.data()).ok());
+  std::mt19937 rng(std::random_device{}());
+  for (int l = 0; l < sh.n_layer; ++l) {
+    for (int h = 0; h < sh.n_head_kv; ++h) ASSERT_TRUE(st.keep_tokens(l, 1, h, random_subset(40, 30, rng)).ok());
+  }
+  b.clear();
+  b.add(9, 40, 1, true);
+  ASSERT_TRUE(m.forward(b, *kv, **gpu, logits.data()).ok());  // applies the keeps, appends position 40
+
+  std::normal_distribution<float> g(0.f, 1.f);
+  const int nq = 6;
+  int checked = 0;
+  for (int s = 0; s < 2; ++s) {
+    for (const int32_t window : {0, 9}) {
+      for (int l = 0; l < sh.n_layer; ++l) {
+        std::vector<float> q(static_cast<size_t>(nq) * n_head * hd);
+        for (float& x : q) x = 1.5f * g(rng);
+        std::vector<int32_t> qpos(nq);
+        for (int j = 0; j < nq; ++j) qpos[static_cast<size_t>(j)] = 2 + 7 * j + s;  // early ones see few keys
+        RoundStatsRequest rq;
+        rq.queries = q.data();
+        rq.query_pos = qpos.data();
+        rq.nq = nq;
+        rq.n_head = n_head;
+        rq.scale = 1.f / std::sqrt(static_cast<float>(hd));
+        rq.window = window;
+        rq.fresh_after = 20;
+        rq.attention = true;
+        rq.similarity_candidates = st.size(l, s, 0) - 4;
+        std::vector<HeadRoundStats> dev;
+        auto on = st.round_stats(l, s, rq, dev);
+        ASSERT_TRUE(on.ok()) << on.status().message();
+        ASSERT_TRUE(*on) << "layer " << l << " sequence " << s;
+        ASSERT_EQ(dev.size(), static_cast<size_t>(sh.n_head_kv));
+        for (int h = 0; h < sh.n_head_kv; ++h) {
+          const int32_t n = st.size(l, s, h);
+          std::vector<float> keys(static_cast<size_t>(n) * hd);
+          st.read_rows(l, s, h, keys.data(), nullptr);
+          std::vector<const float*> rows;
+          std::vector<int32_t> rpos;
+          for (int r = 0; r < n_rep; ++r) {
+            for (int j = 0; j < nq; ++j) {
+              rows.push_back(q.data() + (static_cast<size_t>(j) * n_head + h * n_rep + r) * hd);
+              rpos.push_back(qpos[static_cast<size_t>(j)]);
+            }
+          }
+          std::vector<float> probs(rows.size() * static_cast<size_t>(n));
+          attention_probs_reference(ProbsQueries{rows.data(), rpos.data(), static_cast<int>(rows.size())}, keys.data(),
+                                    st.positions(l, s, h), n, hd, rq.scale, window, probs.data());
+          std::vector<float> att(n), last(n), fresh(n), sim(static_cast<size_t>(rq.similarity_candidates));
+          reduce_attention(probs.data(), n_rep, nq, n, qpos.data(), rq.fresh_after, att.data(), last.data(), fresh.data());
+          key_similarity(keys.data(), rq.similarity_candidates, hd, sim.data());
+          const HeadRoundStats& d = dev[static_cast<size_t>(h)];
+          ASSERT_EQ(d.attention.size(), static_cast<size_t>(n));
+          ASSERT_EQ(d.similarity.size(), sim.size());
+          const auto near = [](float got, float want) { return std::fabs(got - want) <= 2e-5f + 2e-4f * std::fabs(want); };
+          for (int32_t i = 0; i < n; ++i) {
+            ASSERT_TRUE(near(d.attention[static_cast<size_t>(i)], att[static_cast<size_t>(i)]))
+                << "attention, layer " << l << " seq " << s << " head " << h << " slot " << i << ": "
+                << d.attention[static_cast<size_t>(i)] << " vs " << att[static_cast<size_t>(i)];
+            ASSERT_TRUE(near(d.last[static_cast<size_t>(i)], last[static_cast<size_t>(i)])) << "last, slot " << i;
+            ASSERT_TRUE(near(d.fresh[static_cast<size_t>(i)], fresh[static_cast<size_t>(i)])) << "fresh, slot " << i;
+          }
+          for (size_t i = 0; i < sim.size(); ++i) {
+            ASSERT_NEAR(d.similarity[i], sim[i], 2e-5f) << "similarity, layer " << l << " head " << h << " key " << i;
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * sh.n_layer * sh.n_head_kv);
+
+  // A keep queued on layer 0 of sequence 0: that layer goes to the host, layer 1 stays on the device.
+  ASSERT_TRUE(st.keep_tokens(0, 0, 0, random_subset(40, 35, rng)).ok());
+  std::vector<float> q(static_cast<size_t>(n_head) * hd, 0.1f);
+  const int32_t p0 = 39;
+  RoundStatsRequest rq;
+  rq.queries = q.data();
+  rq.query_pos = &p0;
+  rq.nq = 1;
+  rq.n_head = n_head;
+  rq.scale = 1.f;
+  rq.attention = true;
+  std::vector<HeadRoundStats> dev;
+  auto first = st.round_stats(0, 0, rq, dev);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(*first);
+  if (sh.n_layer > 1) {
+    auto second = st.round_stats(1, 0, rq, dev);
+    ASSERT_TRUE(second.ok());
+    EXPECT_TRUE(*second);
+  }
+  EXPECT_EQ(st.round_stats(sh.n_layer, 0, rq, dev).status().code(), ErrorCode::kInvalidArgument);
 }
 
 // The scored policies (snapkv, h2o, tova, rkv) decode on the GPU: every request finishes with the rounds

@@ -9,6 +9,7 @@
 
 #include "frugal/core/half.h"
 #include "frugal/kv/attention_probs.h"
+#include "frugal/kv/round_stats.h"
 
 namespace frugal {
 namespace {
@@ -239,26 +240,24 @@ Status KvEvictor::round(KvTokenStore& kv, int seq) {
   return ok_status();
 }
 
-// probs_[r][j][slot]: softmax of each recorded query of the group's query heads over the slots it
-// could see when it ran; eviction only happens at rounds, so those are exactly the weights the
-// model used (slots evicted since are gone from both).
-void KvEvictor::attention_probs(const KvTokenStore& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq) {
+// probs_[r][j][slot]: softmax of each recorded query (qbuf_, oldest first) of the group's query
+// heads over the slots it could see when it ran; eviction only happens at rounds, so those are
+// exactly the weights the model used (slots evicted since are gone from both).
+void KvEvictor::attention_probs(const KvTokenStore& kv, int layer, int seq, int head, int32_t n, int nq) {
   const int hd = attn_.head_dim;
   const int n_rep = attn_.n_head / attn_.n_head_kv;
-  const int cap = opts_.buffer;
   qrows_.resize(static_cast<size_t>(n_rep) * nq);
-  qpos_.resize(qrows_.size());
+  qrow_pos_.resize(qrows_.size());
   for (int r = 0; r < n_rep; ++r) {
     const int qh = head * n_rep + r;
     for (int j = 0; j < nq; ++j) {
-      const int64_t idx = (rg.count - nq + j) % cap;  // oldest first
       const size_t row = static_cast<size_t>(r) * nq + j;
-      qrows_[row] = rg.q.data() + static_cast<size_t>(idx) * attn_.n_head * hd + static_cast<size_t>(qh) * hd;
-      qpos_[row] = rg.pos[static_cast<size_t>(idx)];
+      qrows_[row] = qbuf_.data() + (static_cast<size_t>(j) * attn_.n_head + qh) * hd;
+      qrow_pos_[row] = qpos_[static_cast<size_t>(j)];
     }
   }
   probs_.resize(qrows_.size() * static_cast<size_t>(n));
-  const ProbsQueries q{qrows_.data(), qpos_.data(), static_cast<int>(qrows_.size())};
+  const ProbsQueries q{qrows_.data(), qrow_pos_.data(), static_cast<int>(qrows_.size())};
   frugal::attention_probs(q, keys_.data(), kv.positions(layer, seq, head), n, hd, attn_.scale, attn_.window,
                           probs_.data(), probs_scratch_);
 }
@@ -284,6 +283,37 @@ Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
   const int64_t round = round_no_[static_cast<size_t>(seq)];
   int32_t& acc_pos = acc_pos_[static_cast<size_t>(layer) * n_seq_ + seq];
   int32_t newest_q = acc_pos;
+  for (int j = 0; j < nq && needs_.accumulated; ++j) newest_q = std::max(newest_q, rg.pos[static_cast<size_t>((rg.count - nq + j) % buffer)]);
+  // A store whose rows are on a device computes the statistics of every head of the layer there.
+  bool on_store = false;
+  if (needs_.attention || needs_.similarity) {
+    const auto ts = Clock::now();
+    const size_t row = static_cast<size_t>(attn_.n_head) * attn_.head_dim;
+    qbuf_.resize(static_cast<size_t>(nq) * row);
+    qpos_.resize(static_cast<size_t>(nq));
+    for (int j = 0; j < nq; ++j) {
+      const int64_t idx = (rg.count - nq + j) % buffer;  // oldest first
+      std::memcpy(qbuf_.data() + static_cast<size_t>(j) * row, rg.q.data() + static_cast<size_t>(idx) * row,
+                  row * sizeof(float));
+      qpos_[static_cast<size_t>(j)] = rg.pos[static_cast<size_t>(idx)];
+    }
+    RoundStatsRequest rq;
+    rq.queries = qbuf_.data();
+    rq.query_pos = qpos_.data();
+    rq.nq = nq;
+    rq.n_head = attn_.n_head;
+    rq.scale = attn_.scale;
+    rq.window = attn_.window;
+    rq.fresh_after = acc_pos;
+    rq.attention = needs_.attention;
+    rq.similarity_candidates = needs_.similarity ? std::max(0, kv.size(layer, seq, 0) - buffer) : 0;
+    FRUGAL_ASSIGN_OR_RETURN(on_store, kv.round_stats(layer, seq, rq, head_stats_));
+    if (on_store && head_stats_.size() != static_cast<size_t>(ko.n_head_kv)) {
+      return error(ErrorCode::kInvalidArgument, "kv eviction: the store gave statistics for {} heads, not {}",
+                   head_stats_.size(), ko.n_head_kv);
+    }
+    stats_.stats_ms += ms_since(ts);
+  }
   for (int h = 0; h < ko.n_head_kv; ++h) {
     const int32_t n = kv.size(layer, seq, h);
     KvHeadView v;
@@ -301,32 +331,53 @@ Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
     // H2O must see every query once, even in a round that leaves this head alone.
     const bool cut = v.n_cand > n_keep;
     if (!cut && !needs_.accumulated) continue;
-    if (needs_.keys || needs_.attention) {
+    HeadRoundStats* hs = on_store ? &head_stats_[static_cast<size_t>(h)] : nullptr;
+    if (hs != nullptr && ((needs_.attention && hs->attention.size() != static_cast<size_t>(n)) ||
+                          (needs_.similarity && hs->similarity.size() < static_cast<size_t>(v.n_cand)))) {
+      return error(ErrorCode::kInvalidArgument, "kv eviction: the store's statistics of layer {} head {} do not cover its {} tokens",
+                   layer, h, n);
+    }
+    if (needs_.keys || (hs == nullptr && (needs_.attention || needs_.similarity))) {
       keys_.resize(static_cast<size_t>(n) * ko.head_dim);
       kv.read_rows(layer, seq, h, keys_.data(), nullptr);
-      v.keys = keys_.data();
+      if (needs_.keys) v.keys = keys_.data();
     }
+    const auto ts = Clock::now();
     if (needs_.attention) {
-      const auto ts = Clock::now();
-      attention_probs(kv, rg, layer, seq, h, n, nq);
       v.n_rep = attn_.n_head / attn_.n_head_kv;
       v.n_queries = nq;
-      v.probs = probs_.data();
+      const float* fresh = nullptr;
+      if (hs != nullptr) {
+        v.attention = hs->attention.data();
+        v.attention_last = hs->last.data();
+        fresh = hs->fresh.data();
+      } else {
+        attention_probs(kv, layer, seq, h, n, nq);
+        attn_sum_.resize(static_cast<size_t>(n));
+        attn_last_.resize(attn_sum_.size());
+        attn_fresh_.resize(attn_sum_.size());
+        reduce_attention(probs_.data(), v.n_rep, nq, n, qpos_.data(), acc_pos, attn_sum_.data(), attn_last_.data(),
+                         attn_fresh_.data());
+        v.attention = attn_sum_.data();
+        v.attention_last = attn_last_.data();
+        fresh = attn_fresh_.data();
+      }
       if (needs_.accumulated) {
         float* acc = kv.token_stats(layer, seq, h);
-        for (int j = 0; j < nq; ++j) {
-          const int32_t qp = rg.pos[static_cast<size_t>((rg.count - nq + j) % buffer)];
-          if (qp <= acc_pos) continue;
-          newest_q = std::max(newest_q, qp);
-          for (int r = 0; r < v.n_rep; ++r) {
-            const float* p = probs_.data() + (static_cast<size_t>(r) * nq + j) * n;
-            for (int32_t i = 0; i < n; ++i) acc[i] += p[i];
-          }
-        }
+        for (int32_t i = 0; i < n; ++i) acc[i] += fresh[i];
         v.accumulated = acc;
       }
-      stats_.stats_ms += ms_since(ts);
     }
+    if (needs_.similarity) {
+      if (hs != nullptr) {
+        v.similarity = hs->similarity.data();
+      } else {
+        sim_.resize(static_cast<size_t>(v.n_cand));
+        key_similarity(keys_.data(), v.n_cand, ko.head_dim, sim_.data());
+        v.similarity = sim_.data();
+      }
+    }
+    stats_.stats_ms += ms_since(ts);
     if (!cut) continue;
     int32_t pinned = 0;
     if (opts_.protect_prompt) {

@@ -14,6 +14,7 @@
 #include "frugal/kv/attention_observer.h"
 #include "frugal/kv/kv_cache.h"
 #include "frugal/kv/policies/policy.h"
+#include "frugal/kv/round_stats.h"
 
 namespace frugal {
 
@@ -109,7 +110,7 @@ class KvEvictor final : public AttentionObserver {
   Ring& ring(int layer, int seq) { return rings_[static_cast<size_t>(layer) * n_seq_ + seq]; }
   void begin_sequence(KvTokenStore& kv, int seq, int32_t prompt_len, int64_t stream);
   Status round_layer(KvTokenStore& kv, int layer, int seq);
-  void attention_probs(const KvTokenStore& kv, const Ring& rg, int layer, int seq, int head, int32_t n, int nq);
+  void attention_probs(const KvTokenStore& kv, int layer, int seq, int head, int32_t n, int nq);
   const std::vector<int32_t>& select(const KvHeadView& v, int32_t pinned);
 
   KvPolicyOptions opts_;
@@ -128,9 +129,12 @@ class KvEvictor final : public AttentionObserver {
   int32_t trace_len_ = 0;
   std::vector<float> qmean_;
   // Scratch reused across rounds.
-  std::vector<float> keys_, probs_, scores_, sel_, probs_scratch_;
-  std::vector<const float*> qrows_;  // attention_probs: the recorded query rows of a head group
-  std::vector<int32_t> qpos_;
+  std::vector<float> keys_, probs_, scores_, sel_, probs_scratch_, attn_sum_, attn_last_, attn_fresh_, sim_;
+  std::vector<float> qbuf_;          // a layer's recorded queries, oldest first [nq][n_head][head_dim]
+  std::vector<int32_t> qpos_;        // their positions
+  std::vector<const float*> qrows_;  // attention_probs: the query rows of a head group
+  std::vector<int32_t> qrow_pos_;
+  std::vector<HeadRoundStats> head_stats_;  // a layer's statistics from the store
   std::vector<int32_t> keep_;
 };
 

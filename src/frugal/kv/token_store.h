@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "frugal/core/status.h"
+#include "frugal/kv/round_stats.h"
 
 namespace frugal {
 
@@ -38,6 +39,14 @@ class KvTokenStore {
   virtual float* token_stats(int layer, int seq, int head) {
     (void)layer, (void)seq, (void)head;
     return nullptr;
+  }
+  // The statistics a scored round reads (kv/round_stats.h) for every KV head of one layer, computed
+  // where the rows are: `out` gets one entry per KV head, each vector sized to the head's tokens
+  // (similarity: to rq.similarity_candidates). false: this store does not compute them (the round
+  // reads the rows and computes them on the host); a store that has rows on a device does.
+  virtual Result<bool> round_stats(int layer, int seq, const RoundStatsRequest& rq, std::vector<HeadRoundStats>& out) {
+    (void)layer, (void)seq, (void)rq, (void)out;
+    return false;
   }
 };
 

@@ -121,6 +121,7 @@ class OpenAIBase : public GenerationCodec {
       json j = chunk_base(spec, object);
       j["choices"] = json::array();
       j["usage"] = usage_json(choices);
+      j["timings"] = timings_of(choices);  // the request's record, as the non-streamed response has it
       out += sse(j);
     }
     out += "data: [DONE]\n\n";

@@ -19,12 +19,15 @@ namespace frugal {
 struct KvPolicyNeeds {
   bool evicts = true;        // false: the cache is never compacted (`full`)
   bool keys = false;         // K rows as floats
-  bool attention = false;    // attention probabilities of the recent queries of the head's group
+  bool attention = false;    // attention the slots received from the recent queries of the head's group
   bool accumulated = false;  // attention each token received since it entered the cache (H2O)
+  bool similarity = false;   // each candidate key's mean cosine similarity to the other candidates
 };
 
 // One head at a round. Slots [0, n_cand) are candidates; slots [n_cand, n) are the newest tokens
-// (the buffer), always kept. Pointers not asked for in needs() are null.
+// (the buffer), always kept. Pointers not asked for in needs() are null. Attention comes reduced
+// to vectors over the slots (kv/round_stats.h), not as the matrix: that is all the policies read,
+// and a cache whose rows are on a device computes the vectors there.
 struct KvHeadView {
   int layer = 0;
   int seq = 0;
@@ -34,15 +37,17 @@ struct KvHeadView {
   int32_t n_keep = 0;                  // candidates that will survive
   const int32_t* positions = nullptr;  // [n], increasing
   int head_dim = 0;
-  const float* keys = nullptr;         // [n][head_dim], post-RoPE (needs.keys or needs.attention)
-  // needs.attention: probs[r][j][slot] for the n_rep query heads sharing this KV head and the
-  // n_queries most recent queries (oldest first). Each row is that query's softmax over the slots
-  // it could see (position <= the query's, inside the sliding window); other slots are 0.
+  const float* keys = nullptr;         // [n][head_dim], post-RoPE (needs.keys)
+  // needs.attention, over the n_rep query heads sharing this KV head and the n_queries most recent
+  // queries; each query's weights are its softmax over the slots it could see (position <= the
+  // query's, inside the sliding window), 0 elsewhere.
   int n_rep = 0;
   int n_queries = 0;
-  const float* probs = nullptr;        // [n_rep][n_queries][n]
-  const float* accumulated = nullptr;  // [n] (needs.accumulated), summed over the group's heads
-  uint64_t seed = 0;                   // distinct per (seed, sequence, round, layer, head)
+  const float* attention = nullptr;       // [n]: weights summed over the heads and queries
+  const float* attention_last = nullptr;  // [n]: weights of the newest query, summed over the heads
+  const float* accumulated = nullptr;     // [n] (needs.accumulated), summed over the group's heads
+  const float* similarity = nullptr;      // [n_cand] (needs.similarity)
+  uint64_t seed = 0;                      // distinct per (seed, sequence, round, layer, head)
 };
 
 class KvPolicy {

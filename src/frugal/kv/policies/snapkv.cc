@@ -1,22 +1,14 @@
 // snapkv: attention of the recent queries (the driver's ring holds the last `buffer` of them),
 // averaged, pooled with a 5-wide average along the candidates so neighbours of a hit survive
 // together, and averaged over the query heads of the group.
-#include <vector>
-
 #include "frugal/kv/policies/policy.h"
 
 namespace frugal {
 
 void snapkv_scores(const KvHeadView& v, float* scores) {
   constexpr int kPool = 5;
-  std::vector<float> mean(static_cast<size_t>(v.n_cand), 0.f);
+  const float* mean = v.attention;
   const float w = v.n_rep > 0 && v.n_queries > 0 ? 1.f / static_cast<float>(v.n_rep * v.n_queries) : 0.f;
-  for (int r = 0; r < v.n_rep; ++r) {
-    for (int j = 0; j < v.n_queries; ++j) {
-      const float* p = v.probs + (static_cast<size_t>(r) * v.n_queries + j) * v.n;
-      for (int32_t i = 0; i < v.n_cand; ++i) mean[static_cast<size_t>(i)] += p[i];
-    }
-  }
   for (int32_t i = 0; i < v.n_cand; ++i) {
     float s = 0.f;
     for (int d = -kPool / 2; d <= kPool / 2; ++d) {

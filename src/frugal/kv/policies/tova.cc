@@ -9,12 +9,8 @@ class TovaPolicy final : public KvPolicy {
   std::string_view name() const override { return "tova"; }
   KvPolicyNeeds needs() const override { return {.attention = true}; }
   void score(const KvHeadView& v, float* scores) const override {
-    const int j = v.n_queries - 1;
-    for (int32_t i = 0; i < v.n_cand; ++i) {
-      float s = 0.f;
-      for (int r = 0; r < v.n_rep; ++r) s += v.probs[(static_cast<size_t>(r) * v.n_queries + j) * v.n + i];
-      scores[i] = v.n_rep > 0 && j >= 0 ? s / static_cast<float>(v.n_rep) : 0.f;
-    }
+    const bool any = v.n_rep > 0 && v.n_queries > 0;
+    for (int32_t i = 0; i < v.n_cand; ++i) scores[i] = any ? v.attention_last[i] / static_cast<float>(v.n_rep) : 0.f;
   }
 };
 }  // namespace
