@@ -382,7 +382,7 @@ TEST(CudaEviction, ObserverGetsTheQueriesOfTheCpuPass) {
 // equal the host's from the same rows (kv/round_stats.h, kv/attention_probs.h): fresh random
 // queries over every layer of a sequence as prefilled and of one thinned by a round and then grown
 // by a step (its device slots no longer follow positions), with and without a sliding window. A
-// layer whose keep is still queued is left to the host (false), the others are not.
+// sequence with a keep still queued is left to the host (false), the others are not.
 TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
   SKIP_WITHOUT_GPU();
   if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
@@ -416,28 +416,43 @@ TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
   std::normal_distribution<float> g(0.f, 1.f);
   const int nq = 6;
   int checked = 0;
+  const auto make_requests = [&](int s, int32_t window, std::vector<std::vector<float>>& q,
+                                 std::vector<std::vector<int32_t>>& qpos) {
+    std::vector<RoundStatsRequest> reqs(static_cast<size_t>(sh.n_layer));
+    q.assign(reqs.size(), {});
+    qpos.assign(reqs.size(), {});
+    for (int l = 0; l < sh.n_layer; ++l) {
+      auto& ql = q[static_cast<size_t>(l)];
+      auto& pl = qpos[static_cast<size_t>(l)];
+      ql.resize(static_cast<size_t>(nq) * n_head * hd);
+      for (float& x : ql) x = 1.5f * g(rng);
+      for (int j = 0; j < nq; ++j) pl.push_back(2 + 7 * j + s + (l % 2));  // early ones see few keys
+      RoundStatsRequest& rq = reqs[static_cast<size_t>(l)];
+      rq.queries = ql.data();
+      rq.query_pos = pl.data();
+      rq.nq = nq;
+      rq.n_head = n_head;
+      rq.scale = 1.f / std::sqrt(static_cast<float>(hd));
+      rq.window = window;
+      rq.fresh_after = 20 + l;
+      rq.attention = true;
+      rq.similarity_candidates = st.size(l, s, 0) - 4;
+    }
+    return reqs;
+  };
   for (int s = 0; s < 2; ++s) {
     for (const int32_t window : {0, 9}) {
+      std::vector<std::vector<float>> q;
+      std::vector<std::vector<int32_t>> qpos;
+      const std::vector<RoundStatsRequest> reqs = make_requests(s, window, q, qpos);
+      std::vector<std::vector<HeadRoundStats>> dev;
+      auto on = st.round_stats(s, reqs, dev);
+      ASSERT_TRUE(on.ok()) << on.status().message();
+      ASSERT_TRUE(*on) << "sequence " << s;
+      ASSERT_EQ(dev.size(), static_cast<size_t>(sh.n_layer));
       for (int l = 0; l < sh.n_layer; ++l) {
-        std::vector<float> q(static_cast<size_t>(nq) * n_head * hd);
-        for (float& x : q) x = 1.5f * g(rng);
-        std::vector<int32_t> qpos(nq);
-        for (int j = 0; j < nq; ++j) qpos[static_cast<size_t>(j)] = 2 + 7 * j + s;  // early ones see few keys
-        RoundStatsRequest rq;
-        rq.queries = q.data();
-        rq.query_pos = qpos.data();
-        rq.nq = nq;
-        rq.n_head = n_head;
-        rq.scale = 1.f / std::sqrt(static_cast<float>(hd));
-        rq.window = window;
-        rq.fresh_after = 20;
-        rq.attention = true;
-        rq.similarity_candidates = st.size(l, s, 0) - 4;
-        std::vector<HeadRoundStats> dev;
-        auto on = st.round_stats(l, s, rq, dev);
-        ASSERT_TRUE(on.ok()) << on.status().message();
-        ASSERT_TRUE(*on) << "layer " << l << " sequence " << s;
-        ASSERT_EQ(dev.size(), static_cast<size_t>(sh.n_head_kv));
+        const RoundStatsRequest& rq = reqs[static_cast<size_t>(l)];
+        ASSERT_EQ(dev[static_cast<size_t>(l)].size(), static_cast<size_t>(sh.n_head_kv));
         for (int h = 0; h < sh.n_head_kv; ++h) {
           const int32_t n = st.size(l, s, h);
           std::vector<float> keys(static_cast<size_t>(n) * hd);
@@ -446,17 +461,17 @@ TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
           std::vector<int32_t> rpos;
           for (int r = 0; r < n_rep; ++r) {
             for (int j = 0; j < nq; ++j) {
-              rows.push_back(q.data() + (static_cast<size_t>(j) * n_head + h * n_rep + r) * hd);
-              rpos.push_back(qpos[static_cast<size_t>(j)]);
+              rows.push_back(rq.queries + (static_cast<size_t>(j) * n_head + h * n_rep + r) * hd);
+              rpos.push_back(rq.query_pos[j]);
             }
           }
           std::vector<float> probs(rows.size() * static_cast<size_t>(n));
           attention_probs_reference(ProbsQueries{rows.data(), rpos.data(), static_cast<int>(rows.size())}, keys.data(),
                                     st.positions(l, s, h), n, hd, rq.scale, window, probs.data());
           std::vector<float> att(n), last(n), fresh(n), sim(static_cast<size_t>(rq.similarity_candidates));
-          reduce_attention(probs.data(), n_rep, nq, n, qpos.data(), rq.fresh_after, att.data(), last.data(), fresh.data());
+          reduce_attention(probs.data(), n_rep, nq, n, rq.query_pos, rq.fresh_after, att.data(), last.data(), fresh.data());
           key_similarity(keys.data(), rq.similarity_candidates, hd, sim.data());
-          const HeadRoundStats& d = dev[static_cast<size_t>(h)];
+          const HeadRoundStats& d = dev[static_cast<size_t>(l)][static_cast<size_t>(h)];
           ASSERT_EQ(d.attention.size(), static_cast<size_t>(n));
           ASSERT_EQ(d.similarity.size(), sim.size());
           const auto near = [](float got, float want) { return std::fabs(got - want) <= 2e-5f + 2e-4f * std::fabs(want); };
@@ -477,27 +492,20 @@ TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
   }
   EXPECT_EQ(checked, 4 * sh.n_layer * sh.n_head_kv);
 
-  // A keep queued on layer 0 of sequence 0: that layer goes to the host, layer 1 stays on the device.
+  // A keep queued on sequence 0: its round goes to the host; sequence 1 stays on the device.
   ASSERT_TRUE(st.keep_tokens(0, 0, 0, random_subset(40, 35, rng)).ok());
-  std::vector<float> q(static_cast<size_t>(n_head) * hd, 0.1f);
-  const int32_t p0 = 39;
-  RoundStatsRequest rq;
-  rq.queries = q.data();
-  rq.query_pos = &p0;
-  rq.nq = 1;
-  rq.n_head = n_head;
-  rq.scale = 1.f;
-  rq.attention = true;
-  std::vector<HeadRoundStats> dev;
-  auto first = st.round_stats(0, 0, rq, dev);
+  std::vector<std::vector<float>> q;
+  std::vector<std::vector<int32_t>> qpos;
+  std::vector<std::vector<HeadRoundStats>> dev;
+  auto first = st.round_stats(0, make_requests(0, 0, q, qpos), dev);
   ASSERT_TRUE(first.ok());
   EXPECT_FALSE(*first);
-  if (sh.n_layer > 1) {
-    auto second = st.round_stats(1, 0, rq, dev);
-    ASSERT_TRUE(second.ok());
-    EXPECT_TRUE(*second);
-  }
-  EXPECT_EQ(st.round_stats(sh.n_layer, 0, rq, dev).status().code(), ErrorCode::kInvalidArgument);
+  auto second = st.round_stats(1, make_requests(1, 0, q, qpos), dev);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(*second);
+  std::vector<RoundStatsRequest> short_list = make_requests(1, 0, q, qpos);
+  short_list.pop_back();
+  EXPECT_EQ(st.round_stats(1, short_list, dev).status().code(), ErrorCode::kInvalidArgument);
 }
 
 // The scored policies (snapkv, h2o, tova, rkv) decode on the GPU: every request finishes with the rounds

@@ -233,6 +233,22 @@ Status KvEvictor::round(KvTokenStore& kv, int seq) {
   FRUGAL_RETURN_IF_ERROR(deferred_);
   if (!evicts()) return ok_status();
   const auto t0 = Clock::now();
+  // A store whose rows are on a device computes the statistics of every layer there, in one go.
+  on_store_ = false;
+  if (needs_.attention || needs_.similarity) {
+    const auto ts = Clock::now();
+    requests_.resize(static_cast<size_t>(ko.n_layer));
+    for (int l = 0; l < ko.n_layer; ++l) {
+      FRUGAL_RETURN_IF_ERROR(check_queries(ko, l, seq));
+      requests_[static_cast<size_t>(l)] = stats_request(kv, l, seq);
+    }
+    FRUGAL_ASSIGN_OR_RETURN(on_store_, kv.round_stats(seq, requests_, layer_stats_));
+    if (on_store_ && layer_stats_.size() != static_cast<size_t>(ko.n_layer)) {
+      return error(ErrorCode::kInvalidArgument, "kv eviction: the store gave statistics for {} layers, not {}",
+                   layer_stats_.size(), ko.n_layer);
+    }
+    stats_.stats_ms += ms_since(ts);
+  }
   for (int l = 0; l < ko.n_layer; ++l) FRUGAL_RETURN_IF_ERROR(round_layer(kv, l, seq));
   ++round_no_[static_cast<size_t>(seq)];
   ++stats_.rounds;
@@ -240,7 +256,51 @@ Status KvEvictor::round(KvTokenStore& kv, int seq) {
   return ok_status();
 }
 
-// probs_[r][j][slot]: softmax of each recorded query (qbuf_, oldest first) of the group's query
+Status KvEvictor::check_queries(const KvStoreShape& ko, int layer, int seq) {
+  if (!needs_.attention) return ok_status();
+  if (ring(layer, seq).count == 0) {
+    return error(ErrorCode::kInvalidArgument,
+                 "kv policy '{}' reads attention but no queries were recorded for layer {} (pass "
+                 "KvEvictor::attention_observer() to Model::forward)",
+                 policy_->name(), layer);
+  }
+  if (attn_.head_dim != ko.head_dim || attn_.n_head_kv != ko.n_head_kv || attn_.n_head % ko.n_head_kv != 0) {
+    return error(ErrorCode::kInvalidArgument, "kv eviction: recorded queries do not match the cache shape");
+  }
+  return ok_status();
+}
+
+// The layer's recorded queries, oldest first, copied out of the ring into qbuf_[layer].
+RoundStatsRequest KvEvictor::stats_request(const KvTokenStore& kv, int layer, int seq) {
+  const Ring& rg = ring(layer, seq);
+  const int32_t buffer = opts_.buffer;
+  const int nq = static_cast<int>(std::min<int64_t>(rg.count, buffer));
+  const size_t row = static_cast<size_t>(attn_.n_head) * attn_.head_dim;
+  qbuf_.resize(std::max(qbuf_.size(), static_cast<size_t>(layer) + 1));
+  qpos_.resize(qbuf_.size());
+  std::vector<float>& q = qbuf_[static_cast<size_t>(layer)];
+  std::vector<int32_t>& qp = qpos_[static_cast<size_t>(layer)];
+  q.resize(static_cast<size_t>(nq) * row);
+  qp.resize(static_cast<size_t>(nq));
+  for (int j = 0; j < nq; ++j) {
+    const int64_t idx = (rg.count - nq + j) % buffer;
+    std::memcpy(q.data() + static_cast<size_t>(j) * row, rg.q.data() + static_cast<size_t>(idx) * row, row * sizeof(float));
+    qp[static_cast<size_t>(j)] = rg.pos[static_cast<size_t>(idx)];
+  }
+  RoundStatsRequest rq;
+  rq.queries = q.data();
+  rq.query_pos = qp.data();
+  rq.nq = nq;
+  rq.n_head = attn_.n_head;
+  rq.scale = attn_.scale;
+  rq.window = attn_.window;
+  rq.fresh_after = acc_pos_[static_cast<size_t>(layer) * n_seq_ + seq];
+  rq.attention = needs_.attention;
+  rq.similarity_candidates = needs_.similarity ? std::max(0, kv.size(layer, seq, 0) - buffer) : 0;
+  return rq;
+}
+
+// probs_[r][j][slot]: softmax of each recorded query (qbuf_[layer], oldest first) of the group's query
 // heads over the slots it could see when it ran; eviction only happens at rounds, so those are
 // exactly the weights the model used (slots evicted since are gone from both).
 void KvEvictor::attention_probs(const KvTokenStore& kv, int layer, int seq, int head, int32_t n, int nq) {
@@ -252,8 +312,8 @@ void KvEvictor::attention_probs(const KvTokenStore& kv, int layer, int seq, int 
     const int qh = head * n_rep + r;
     for (int j = 0; j < nq; ++j) {
       const size_t row = static_cast<size_t>(r) * nq + j;
-      qrows_[row] = qbuf_.data() + (static_cast<size_t>(j) * attn_.n_head + qh) * hd;
-      qrow_pos_[row] = qpos_[static_cast<size_t>(j)];
+      qrows_[row] = qbuf_[static_cast<size_t>(layer)].data() + (static_cast<size_t>(j) * attn_.n_head + qh) * hd;
+      qrow_pos_[row] = qpos_[static_cast<size_t>(layer)][static_cast<size_t>(j)];
     }
   }
   probs_.resize(qrows_.size() * static_cast<size_t>(n));
@@ -266,17 +326,6 @@ Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
   const KvStoreShape ko = kv.store_shape();
   const Ring& rg = ring(layer, seq);
   const int nq = static_cast<int>(std::min<int64_t>(rg.count, opts_.buffer));
-  if (needs_.attention) {
-    if (nq == 0) {
-      return error(ErrorCode::kInvalidArgument,
-                   "kv policy '{}' reads attention but no queries were recorded for layer {} (pass "
-                   "KvEvictor::attention_observer() to Model::forward)",
-                   policy_->name(), layer);
-    }
-    if (attn_.head_dim != ko.head_dim || attn_.n_head_kv != ko.n_head_kv || attn_.n_head % ko.n_head_kv != 0) {
-      return error(ErrorCode::kInvalidArgument, "kv eviction: recorded queries do not match the cache shape");
-    }
-  }
   const int32_t buffer = opts_.buffer;
   const int32_t n_keep = stats_.budget - buffer;
   const int32_t prompt_len = prompt_len_[static_cast<size_t>(seq)];
@@ -284,35 +333,11 @@ Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
   int32_t& acc_pos = acc_pos_[static_cast<size_t>(layer) * n_seq_ + seq];
   int32_t newest_q = acc_pos;
   for (int j = 0; j < nq && needs_.accumulated; ++j) newest_q = std::max(newest_q, rg.pos[static_cast<size_t>((rg.count - nq + j) % buffer)]);
-  // A store whose rows are on a device computes the statistics of every head of the layer there.
-  bool on_store = false;
-  if (needs_.attention || needs_.similarity) {
-    const auto ts = Clock::now();
-    const size_t row = static_cast<size_t>(attn_.n_head) * attn_.head_dim;
-    qbuf_.resize(static_cast<size_t>(nq) * row);
-    qpos_.resize(static_cast<size_t>(nq));
-    for (int j = 0; j < nq; ++j) {
-      const int64_t idx = (rg.count - nq + j) % buffer;  // oldest first
-      std::memcpy(qbuf_.data() + static_cast<size_t>(j) * row, rg.q.data() + static_cast<size_t>(idx) * row,
-                  row * sizeof(float));
-      qpos_[static_cast<size_t>(j)] = rg.pos[static_cast<size_t>(idx)];
-    }
-    RoundStatsRequest rq;
-    rq.queries = qbuf_.data();
-    rq.query_pos = qpos_.data();
-    rq.nq = nq;
-    rq.n_head = attn_.n_head;
-    rq.scale = attn_.scale;
-    rq.window = attn_.window;
-    rq.fresh_after = acc_pos;
-    rq.attention = needs_.attention;
-    rq.similarity_candidates = needs_.similarity ? std::max(0, kv.size(layer, seq, 0) - buffer) : 0;
-    FRUGAL_ASSIGN_OR_RETURN(on_store, kv.round_stats(layer, seq, rq, head_stats_));
-    if (on_store && head_stats_.size() != static_cast<size_t>(ko.n_head_kv)) {
-      return error(ErrorCode::kInvalidArgument, "kv eviction: the store gave statistics for {} heads, not {}",
-                   head_stats_.size(), ko.n_head_kv);
-    }
-    stats_.stats_ms += ms_since(ts);
+  const bool on_store = on_store_;
+  std::vector<HeadRoundStats>* head_stats = on_store ? &layer_stats_[static_cast<size_t>(layer)] : nullptr;
+  if (head_stats != nullptr && head_stats->size() != static_cast<size_t>(ko.n_head_kv)) {
+    return error(ErrorCode::kInvalidArgument, "kv eviction: the store gave statistics for {} heads of layer {}, not {}",
+                 head_stats->size(), layer, ko.n_head_kv);
   }
   for (int h = 0; h < ko.n_head_kv; ++h) {
     const int32_t n = kv.size(layer, seq, h);
@@ -331,7 +356,7 @@ Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
     // H2O must see every query once, even in a round that leaves this head alone.
     const bool cut = v.n_cand > n_keep;
     if (!cut && !needs_.accumulated) continue;
-    HeadRoundStats* hs = on_store ? &head_stats_[static_cast<size_t>(h)] : nullptr;
+    HeadRoundStats* hs = on_store ? &(*head_stats)[static_cast<size_t>(h)] : nullptr;
     if (hs != nullptr && ((needs_.attention && hs->attention.size() != static_cast<size_t>(n)) ||
                           (needs_.similarity && hs->similarity.size() < static_cast<size_t>(v.n_cand)))) {
       return error(ErrorCode::kInvalidArgument, "kv eviction: the store's statistics of layer {} head {} do not cover its {} tokens",
@@ -356,8 +381,8 @@ Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
         attn_sum_.resize(static_cast<size_t>(n));
         attn_last_.resize(attn_sum_.size());
         attn_fresh_.resize(attn_sum_.size());
-        reduce_attention(probs_.data(), v.n_rep, nq, n, qpos_.data(), acc_pos, attn_sum_.data(), attn_last_.data(),
-                         attn_fresh_.data());
+        reduce_attention(probs_.data(), v.n_rep, nq, n, qpos_[static_cast<size_t>(layer)].data(), acc_pos,
+                         attn_sum_.data(), attn_last_.data(), attn_fresh_.data());
         v.attention = attn_sum_.data();
         v.attention_last = attn_last_.data();
         fresh = attn_fresh_.data();

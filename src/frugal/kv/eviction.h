@@ -110,6 +110,8 @@ class KvEvictor final : public AttentionObserver {
   Ring& ring(int layer, int seq) { return rings_[static_cast<size_t>(layer) * n_seq_ + seq]; }
   void begin_sequence(KvTokenStore& kv, int seq, int32_t prompt_len, int64_t stream);
   Status round_layer(KvTokenStore& kv, int layer, int seq);
+  Status check_queries(const KvStoreShape& ko, int layer, int seq);
+  RoundStatsRequest stats_request(const KvTokenStore& kv, int layer, int seq);
   void attention_probs(const KvTokenStore& kv, int layer, int seq, int head, int32_t n, int nq);
   const std::vector<int32_t>& select(const KvHeadView& v, int32_t pinned);
 
@@ -130,11 +132,13 @@ class KvEvictor final : public AttentionObserver {
   std::vector<float> qmean_;
   // Scratch reused across rounds.
   std::vector<float> keys_, probs_, scores_, sel_, probs_scratch_, attn_sum_, attn_last_, attn_fresh_, sim_;
-  std::vector<float> qbuf_;          // a layer's recorded queries, oldest first [nq][n_head][head_dim]
-  std::vector<int32_t> qpos_;        // their positions
-  std::vector<const float*> qrows_;  // attention_probs: the query rows of a head group
+  std::vector<std::vector<float>> qbuf_;    // [layer]: recorded queries, oldest first [nq][n_head][head_dim]
+  std::vector<std::vector<int32_t>> qpos_;  // [layer]: their positions
+  std::vector<const float*> qrows_;         // attention_probs: the query rows of a head group
   std::vector<int32_t> qrow_pos_;
-  std::vector<HeadRoundStats> head_stats_;  // a layer's statistics from the store
+  std::vector<RoundStatsRequest> requests_;                // [layer] of the round running
+  std::vector<std::vector<HeadRoundStats>> layer_stats_;  // [layer][head] from the store
+  bool on_store_ = false;                                  // this round's statistics came from the store
   std::vector<int32_t> keep_;
 };
 

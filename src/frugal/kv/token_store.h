@@ -40,12 +40,14 @@ class KvTokenStore {
     (void)layer, (void)seq, (void)head;
     return nullptr;
   }
-  // The statistics a scored round reads (kv/round_stats.h) for every KV head of one layer, computed
-  // where the rows are: `out` gets one entry per KV head, each vector sized to the head's tokens
-  // (similarity: to rq.similarity_candidates). false: this store does not compute them (the round
-  // reads the rows and computes them on the host); a store that has rows on a device does.
-  virtual Result<bool> round_stats(int layer, int seq, const RoundStatsRequest& rq, std::vector<HeadRoundStats>& out) {
-    (void)layer, (void)seq, (void)rq, (void)out;
+  // The statistics a scored round reads (kv/round_stats.h) for every KV head of every layer of one
+  // sequence, computed where the rows are: layers[l] is layer l's request; out[l] gets one entry per
+  // KV head, each vector sized to the head's tokens (similarity: to similarity_candidates). false:
+  // this store does not compute them (the round reads the rows and computes them on the host); a
+  // store that has its rows on a device does, all layers in one exchange with the device.
+  virtual Result<bool> round_stats(int seq, const std::vector<RoundStatsRequest>& layers,
+                                   std::vector<std::vector<HeadRoundStats>>& out) {
+    (void)seq, (void)layers, (void)out;
     return false;
   }
 };

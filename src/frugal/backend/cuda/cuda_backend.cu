@@ -794,9 +794,9 @@ class CudaBackend final : public Backend {
       return true;
     }
     float* token_stats(int layer, int seq, int head) override { return b_.head_token_stats(layer, seq, head); }
-    Result<bool> round_stats(int layer, int seq, const RoundStatsRequest& rq,
-                             std::vector<HeadRoundStats>& out) override {
-      return b_.head_round_stats(layer, seq, rq, out);
+    Result<bool> round_stats(int seq, const std::vector<RoundStatsRequest>& layers,
+                             std::vector<std::vector<HeadRoundStats>>& out) override {
+      return b_.round_stats(seq, layers, out);
     }
 
    private:
@@ -808,10 +808,12 @@ class CudaBackend final : public Backend {
   // The per-token statistics of one head (host memory, beside the position mirror), one float per
   // token it holds, new tokens at 0; null until a policy enabled them.
   float* head_token_stats(int layer, int seq, int head);
-  // An eviction round's statistics of every KV head of one layer, on the device (round_stats.cu);
-  // false where the device rows do not line up with the heads' tokens (a keep of this layer still
+  // An eviction round's statistics of every KV head of every layer of `seq`, on the device
+  // (round_stats.cu): one copy of the queries in, the kernels layer after layer, one copy of the
+  // vectors out. false where the device rows do not line up with the heads' tokens (a keep still
   // queued: a second round before a step) or the group is wider than the kernels hold.
-  Result<bool> head_round_stats(int layer, int seq, const RoundStatsRequest& rq, std::vector<HeadRoundStats>& out);
+  Result<bool> round_stats(int seq, const std::vector<RoundStatsRequest>& layers,
+                           std::vector<std::vector<HeadRoundStats>>& out);
   // Runs the compaction queued for `seq` (or for every sequence with seq < 0) on the step stream.
   Status apply_keeps(int seq);
   Status upload(const Model& m);
@@ -861,7 +863,7 @@ class CudaBackend final : public Backend {
   std::vector<std::vector<std::vector<float>>> head_stats_;
   int32_t* keep_map_ = nullptr;   // device [n_layer * n_head_kv][kept]: one sequence's compaction
   int32_t* keep_host_ = nullptr;  // its pinned host staging (n_layer * n_head_kv * capacity)
-  // head_round_stats' device scratch and pinned staging (queries in, sums out), grown on demand.
+  // round_stats' device scratch and pinned staging (queries in, sums out), grown on demand.
   char* rs_dev_ = nullptr;
   size_t rs_dev_bytes_ = 0;
   char* rs_host_ = nullptr;
@@ -1523,34 +1525,50 @@ float* CudaBackend::head_token_stats(int layer, int seq, int head) {
   return st.data();
 }
 
-Result<bool> CudaBackend::head_round_stats(int layer, int seq, const RoundStatsRequest& rq,
-                                           std::vector<HeadRoundStats>& out) {
-  if (seq < 0 || seq >= kv_.n_seq || layer < 0 || layer >= kv_.n_layer) {
-    return fail(ErrorCode::kInvalidArgument, "kv round statistics: layer ", layer, ", sequence ", seq,
-                " outside the device cache (", kv_.n_layer, " layers, ", kv_.n_seq, " sequences)");
+Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsRequest>& layers,
+                                      std::vector<std::vector<HeadRoundStats>>& out) {
+  if (seq < 0 || seq >= kv_.n_seq || layers.size() != static_cast<size_t>(kv_.n_layer)) {
+    return fail(ErrorCode::kInvalidArgument, "kv round statistics: sequence ", seq, " with ", layers.size(),
+                " layer requests; the device cache has ", kv_.n_seq, " sequences and ", kv_.n_layer, " layers");
   }
   const int hkv = kv_.n_head_kv, hd = kv_.head_dim;
-  const bool attention = rq.attention && rq.nq > 0;
-  if (attention && (rq.n_head <= 0 || rq.n_head % hkv != 0 || rq.n_head / hkv > kRoundStatsMaxRep)) return false;
-  const int n_rep = attention ? rq.n_head / hkv : 1;
-  // Every head of the layer must hold its tokens in device slots 0 .. n - 1.
-  const auto n = static_cast<int32_t>(head_positions(layer, seq, 0)->size());
-  const auto& keep_all = keep_[static_cast<size_t>(seq)];
-  for (int h = 0; h < hkv; ++h) {
-    const size_t idx = static_cast<size_t>(layer) * hkv + h;
-    if (static_cast<int32_t>(head_positions(layer, seq, h)->size()) != n) return false;
-    if (keep_dirty_[static_cast<size_t>(seq)] && idx < keep_all.size() && !keep_all[idx].empty()) return false;
-  }
-  const int32_t n_cand = std::clamp(rq.similarity_candidates, 0, n);
-  // Scratch: queries, their positions, the weights, the sums, the similarities and inverse norms.
-  const size_t q_floats = attention ? static_cast<size_t>(rq.nq) * rq.n_head * hd : 0;
-  const size_t qpos_ints = attention ? static_cast<size_t>(rq.nq) : 0;
-  const size_t probs_floats = attention ? static_cast<size_t>(rq.n_head) * rq.nq * n : 0;
-  const size_t sums_floats = attention ? static_cast<size_t>(hkv) * 3 * n : 0;
-  const size_t sim_floats = static_cast<size_t>(hkv) * n_cand;
+  if (keep_dirty_[static_cast<size_t>(seq)]) return false;  // rows not where the positions say until the next step
   const auto up = [](size_t b) { return (b + 255) / 256 * 256; };
-  const size_t in_bytes = up(q_floats * 4) + up(qpos_ints * 4), out_bytes = up(sums_floats * 4) + up(sim_floats * 4);
-  const size_t dev_bytes = in_bytes + out_bytes + up(probs_floats * 4) + up(sim_floats * 4);
+  // Per layer: where its queries, positions, sums and similarities sit in the in and out buffers.
+  struct Plan {
+    int32_t n = 0, n_cand = 0;
+    int n_rep = 1, nq = 0;
+    size_t q = 0, qpos = 0, sums = 0, sim = 0;
+  };
+  std::vector<Plan> plan(layers.size());
+  size_t in_bytes = 0, out_bytes = 0, probs_bytes = 0, inv_bytes = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const RoundStatsRequest& rq = layers[l];
+    Plan& p = plan[l];
+    p.n = static_cast<int32_t>(head_positions(static_cast<int>(l), seq, 0)->size());
+    for (int h = 1; h < hkv; ++h) {
+      if (static_cast<int32_t>(head_positions(static_cast<int>(l), seq, h)->size()) != p.n) return false;
+    }
+    const bool attention = rq.attention && rq.nq > 0;
+    if (attention) {
+      if (rq.n_head <= 0 || rq.n_head % hkv != 0 || rq.n_head / hkv > kRoundStatsMaxRep) return false;
+      p.n_rep = rq.n_head / hkv;
+      p.nq = rq.nq;
+    }
+    p.n_cand = std::clamp(rq.similarity_candidates, 0, p.n);
+    const size_t qf = static_cast<size_t>(p.nq) * p.n_rep * hkv * hd;
+    p.q = in_bytes;
+    in_bytes += up(qf * 4);
+    p.qpos = in_bytes;
+    in_bytes += up(static_cast<size_t>(p.nq) * 4);
+    p.sums = out_bytes;
+    out_bytes += up((p.nq > 0 ? static_cast<size_t>(hkv) * 3 * p.n : 0) * 4);
+    p.sim = out_bytes;
+    out_bytes += up(static_cast<size_t>(hkv) * p.n_cand * 4);
+    probs_bytes = std::max(probs_bytes, up(static_cast<size_t>(p.n_rep) * hkv * p.nq * p.n * 4));
+    inv_bytes = std::max(inv_bytes, up(static_cast<size_t>(hkv) * p.n_cand * 4));
+  }
+  const size_t dev_bytes = in_bytes + out_bytes + probs_bytes + inv_bytes;
   if (dev_bytes > rs_dev_bytes_) {
     if (rs_dev_ != nullptr) {
       FRUGAL_CUDA(cudaStreamSynchronize(stream_));
@@ -1568,54 +1586,65 @@ Result<bool> CudaBackend::head_round_stats(int layer, int seq, const RoundStatsR
     FRUGAL_CUDA(cudaMallocHost(&rs_host_, std::max(in_bytes, out_bytes)));
     rs_host_bytes_ = std::max(in_bytes, out_bytes);
   }
-  char* d = rs_dev_;
-  RoundStatsDev a;
-  a.k = kv_.k + kv_slot0(kv_, layer, seq, 0) * static_cast<int64_t>(hd);
-  a.kpos = kv_.pos + kv_slot0(kv_, layer, seq, 0);
-  a.head_stride = kv_.capacity;
-  a.n = n;
-  a.n_head_kv = hkv;
-  a.n_rep = n_rep;
-  a.head_dim = hd;
-  a.q = reinterpret_cast<const float*>(d);
-  a.qpos = reinterpret_cast<const int32_t*>(d + up(q_floats * 4));
-  a.nq = attention ? rq.nq : 0;
-  a.scale = rq.scale;
-  a.window = rq.window;
-  a.fresh_after = rq.fresh_after;
-  a.sums = reinterpret_cast<float*>(d + in_bytes);
-  a.sim = reinterpret_cast<float*>(d + in_bytes + up(sums_floats * 4));
-  a.probs = reinterpret_cast<float*>(d + in_bytes + out_bytes);
-  a.inv = reinterpret_cast<float*>(d + in_bytes + out_bytes + up(probs_floats * 4));
-  a.n_cand = n_cand;
-  if (in_bytes > 0) {
-    std::memcpy(rs_host_, rq.queries, q_floats * 4);
-    std::memcpy(rs_host_ + up(q_floats * 4), rq.query_pos, qpos_ints * 4);
-    FRUGAL_CUDA(cudaMemcpyAsync(d, rs_host_, in_bytes, cudaMemcpyHostToDevice, stream_));
+  char* d_in = rs_dev_;
+  char* d_out = rs_dev_ + in_bytes;
+  auto* probs = reinterpret_cast<float*>(rs_dev_ + in_bytes + out_bytes);
+  auto* inv = reinterpret_cast<float*>(rs_dev_ + in_bytes + out_bytes + probs_bytes);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const Plan& p = plan[l];
+    std::memcpy(rs_host_ + p.q, layers[l].queries, static_cast<size_t>(p.nq) * p.n_rep * hkv * hd * 4);
+    std::memcpy(rs_host_ + p.qpos, layers[l].query_pos, static_cast<size_t>(p.nq) * 4);
   }
-  launch_round_stats(a, stream_);
+  if (in_bytes > 0) FRUGAL_CUDA(cudaMemcpyAsync(d_in, rs_host_, in_bytes, cudaMemcpyHostToDevice, stream_));
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const Plan& p = plan[l];
+    const RoundStatsRequest& rq = layers[l];
+    RoundStatsDev a;
+    a.k = kv_.k + kv_slot0(kv_, static_cast<int>(l), seq, 0) * static_cast<int64_t>(hd);
+    a.kpos = kv_.pos + kv_slot0(kv_, static_cast<int>(l), seq, 0);
+    a.head_stride = kv_.capacity;
+    a.n = p.n;
+    a.n_head_kv = hkv;
+    a.n_rep = p.n_rep;
+    a.head_dim = hd;
+    a.q = reinterpret_cast<const float*>(d_in + p.q);
+    a.qpos = reinterpret_cast<const int32_t*>(d_in + p.qpos);
+    a.nq = p.nq;
+    a.scale = rq.scale;
+    a.window = rq.window;
+    a.fresh_after = rq.fresh_after;
+    a.probs = probs;  // reused layer after layer: the stream orders them
+    a.sums = reinterpret_cast<float*>(d_out + p.sums);
+    a.n_cand = p.n_cand;
+    a.sim = reinterpret_cast<float*>(d_out + p.sim);
+    a.inv = inv;
+    launch_round_stats(a, stream_);
+  }
   FRUGAL_RETURN_IF_ERROR(take_launch_error());
-  if (out_bytes > 0) {
-    // The pinned buffer held the queries: the copy in is ordered before the copy out on the stream.
-    FRUGAL_CUDA(cudaMemcpyAsync(rs_host_, d + in_bytes, out_bytes, cudaMemcpyDeviceToHost, stream_));
-  }
+  // The pinned buffer held the queries: the copy in is ordered before the copy out on the stream.
+  if (out_bytes > 0) FRUGAL_CUDA(cudaMemcpyAsync(rs_host_, d_out, out_bytes, cudaMemcpyDeviceToHost, stream_));
   FRUGAL_CUDA(cudaStreamSynchronize(stream_));
-  out.resize(static_cast<size_t>(hkv));
-  const auto* sums = reinterpret_cast<const float*>(rs_host_);
-  const auto* sim = reinterpret_cast<const float*>(rs_host_ + up(sums_floats * 4));
-  for (int h = 0; h < hkv; ++h) {
-    HeadRoundStats& o = out[static_cast<size_t>(h)];
-    if (attention) {
-      const float* b = sums + static_cast<size_t>(h) * 3 * n;
-      o.attention.assign(b, b + n);
-      o.last.assign(b + n, b + 2 * static_cast<size_t>(n));
-      o.fresh.assign(b + 2 * static_cast<size_t>(n), b + 3 * static_cast<size_t>(n));
-    } else {
-      o.attention.clear();
-      o.last.clear();
-      o.fresh.clear();
+  out.resize(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const Plan& p = plan[l];
+    const auto* sums = reinterpret_cast<const float*>(rs_host_ + p.sums);
+    const auto* sim = reinterpret_cast<const float*>(rs_host_ + p.sim);
+    const auto n = static_cast<size_t>(p.n);
+    out[l].resize(static_cast<size_t>(hkv));
+    for (int h = 0; h < hkv; ++h) {
+      HeadRoundStats& o = out[l][static_cast<size_t>(h)];
+      if (p.nq > 0) {
+        const float* b = sums + static_cast<size_t>(h) * 3 * n;
+        o.attention.assign(b, b + n);
+        o.last.assign(b + n, b + 2 * n);
+        o.fresh.assign(b + 2 * n, b + 3 * n);
+      } else {
+        o.attention.clear();
+        o.last.clear();
+        o.fresh.clear();
+      }
+      o.similarity.assign(sim + static_cast<size_t>(h) * p.n_cand, sim + static_cast<size_t>(h + 1) * p.n_cand);
     }
-    o.similarity.assign(sim + static_cast<size_t>(h) * n_cand, sim + static_cast<size_t>(h + 1) * n_cand);
   }
   return true;
 }
