@@ -424,14 +424,20 @@ TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
     for (int l = 0; l < sh.n_layer; ++l) {
       auto& ql = q[static_cast<size_t>(l)];
       auto& pl = qpos[static_cast<size_t>(l)];
-      ql.resize(static_cast<size_t>(nq) * n_head * hd);
+      // A ring of nq + 2 rows whose oldest is row 3, as an evictor's ring after it wrapped.
+      const int ring_rows = nq + 2, first = 3;
+      ql.resize(static_cast<size_t>(ring_rows) * n_head * hd);
       for (float& x : ql) x = 1.5f * g(rng);
-      for (int j = 0; j < nq; ++j) pl.push_back(2 + 7 * j + s + (l % 2));  // early ones see few keys
+      pl.assign(static_cast<size_t>(ring_rows), -100);
+      for (int j = 0; j < nq; ++j) pl[static_cast<size_t>((first + j) % ring_rows)] = 2 + 7 * j + s + (l % 2);  // early ones see few keys
       RoundStatsRequest& rq = reqs[static_cast<size_t>(l)];
       rq.queries = ql.data();
       rq.query_pos = pl.data();
       rq.nq = nq;
+      rq.ring_rows = ring_rows;
+      rq.first = first;
       rq.n_head = n_head;
+      rq.head_dim = hd;
       rq.scale = 1.f / std::sqrt(static_cast<float>(hd));
       rq.window = window;
       rq.fresh_after = 20 + l;
@@ -461,15 +467,15 @@ TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
           std::vector<int32_t> rpos;
           for (int r = 0; r < n_rep; ++r) {
             for (int j = 0; j < nq; ++j) {
-              rows.push_back(rq.queries + (static_cast<size_t>(j) * n_head + h * n_rep + r) * hd);
-              rpos.push_back(rq.query_pos[j]);
+              rows.push_back(request_query(rq, j) + static_cast<size_t>(h * n_rep + r) * hd);
+              rpos.push_back(request_pos(rq, j));
             }
           }
           std::vector<float> probs(rows.size() * static_cast<size_t>(n));
           attention_probs_reference(ProbsQueries{rows.data(), rpos.data(), static_cast<int>(rows.size())}, keys.data(),
                                     st.positions(l, s, h), n, hd, rq.scale, window, probs.data());
           std::vector<float> att(n), last(n), fresh(n), sim(static_cast<size_t>(rq.similarity_candidates));
-          reduce_attention(probs.data(), n_rep, nq, n, rq.query_pos, rq.fresh_after, att.data(), last.data(), fresh.data());
+          reduce_attention(probs.data(), n_rep, nq, n, rpos.data(), rq.fresh_after, att.data(), last.data(), fresh.data());
           key_similarity(keys.data(), rq.similarity_candidates, hd, sim.data());
           const HeadRoundStats& d = dev[static_cast<size_t>(l)][static_cast<size_t>(h)];
           ASSERT_EQ(d.attention.size(), static_cast<size_t>(n));

@@ -270,28 +270,19 @@ Status KvEvictor::check_queries(const KvStoreShape& ko, int layer, int seq) {
   return ok_status();
 }
 
-// The layer's recorded queries, oldest first, copied out of the ring into qbuf_[layer].
+// The layer's recorded queries as they sit in its ring (oldest first from rg.count - nq).
 RoundStatsRequest KvEvictor::stats_request(const KvTokenStore& kv, int layer, int seq) {
   const Ring& rg = ring(layer, seq);
   const int32_t buffer = opts_.buffer;
   const int nq = static_cast<int>(std::min<int64_t>(rg.count, buffer));
-  const size_t row = static_cast<size_t>(attn_.n_head) * attn_.head_dim;
-  qbuf_.resize(std::max(qbuf_.size(), static_cast<size_t>(layer) + 1));
-  qpos_.resize(qbuf_.size());
-  std::vector<float>& q = qbuf_[static_cast<size_t>(layer)];
-  std::vector<int32_t>& qp = qpos_[static_cast<size_t>(layer)];
-  q.resize(static_cast<size_t>(nq) * row);
-  qp.resize(static_cast<size_t>(nq));
-  for (int j = 0; j < nq; ++j) {
-    const int64_t idx = (rg.count - nq + j) % buffer;
-    std::memcpy(q.data() + static_cast<size_t>(j) * row, rg.q.data() + static_cast<size_t>(idx) * row, row * sizeof(float));
-    qp[static_cast<size_t>(j)] = rg.pos[static_cast<size_t>(idx)];
-  }
   RoundStatsRequest rq;
-  rq.queries = q.data();
-  rq.query_pos = qp.data();
+  rq.queries = rg.q.data();
+  rq.query_pos = rg.pos.data();
   rq.nq = nq;
+  rq.ring_rows = buffer;
+  rq.first = static_cast<int>((rg.count - nq) % buffer);
   rq.n_head = attn_.n_head;
+  rq.head_dim = attn_.head_dim;
   rq.scale = attn_.scale;
   rq.window = attn_.window;
   rq.fresh_after = acc_pos_[static_cast<size_t>(layer) * n_seq_ + seq];
@@ -300,10 +291,12 @@ RoundStatsRequest KvEvictor::stats_request(const KvTokenStore& kv, int layer, in
   return rq;
 }
 
-// probs_[r][j][slot]: softmax of each recorded query (qbuf_[layer], oldest first) of the group's query
+// probs_[r][j][slot]: softmax of each recorded query (oldest first) of the group's query
 // heads over the slots it could see when it ran; eviction only happens at rounds, so those are
 // exactly the weights the model used (slots evicted since are gone from both).
-void KvEvictor::attention_probs(const KvTokenStore& kv, int layer, int seq, int head, int32_t n, int nq) {
+void KvEvictor::attention_probs(const KvTokenStore& kv, const RoundStatsRequest& rq, int layer, int seq, int head,
+                                int32_t n) {
+  const int nq = rq.nq;
   const int hd = attn_.head_dim;
   const int n_rep = attn_.n_head / attn_.n_head_kv;
   qrows_.resize(static_cast<size_t>(n_rep) * nq);
@@ -312,8 +305,8 @@ void KvEvictor::attention_probs(const KvTokenStore& kv, int layer, int seq, int 
     const int qh = head * n_rep + r;
     for (int j = 0; j < nq; ++j) {
       const size_t row = static_cast<size_t>(r) * nq + j;
-      qrows_[row] = qbuf_[static_cast<size_t>(layer)].data() + (static_cast<size_t>(j) * attn_.n_head + qh) * hd;
-      qrow_pos_[row] = qpos_[static_cast<size_t>(layer)][static_cast<size_t>(j)];
+      qrows_[row] = request_query(rq, j) + static_cast<size_t>(qh) * hd;
+      qrow_pos_[row] = request_pos(rq, j);
     }
   }
   probs_.resize(qrows_.size() * static_cast<size_t>(n));
@@ -377,12 +370,12 @@ Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
         v.attention_last = hs->last.data();
         fresh = hs->fresh.data();
       } else {
-        attention_probs(kv, layer, seq, h, n, nq);
+        attention_probs(kv, requests_[static_cast<size_t>(layer)], layer, seq, h, n);
         attn_sum_.resize(static_cast<size_t>(n));
         attn_last_.resize(attn_sum_.size());
         attn_fresh_.resize(attn_sum_.size());
-        reduce_attention(probs_.data(), v.n_rep, nq, n, qpos_[static_cast<size_t>(layer)].data(), acc_pos,
-                         attn_sum_.data(), attn_last_.data(), attn_fresh_.data());
+        reduce_attention(probs_.data(), v.n_rep, nq, n, qrow_pos_.data(), acc_pos, attn_sum_.data(), attn_last_.data(),
+                         attn_fresh_.data());
         v.attention = attn_sum_.data();
         v.attention_last = attn_last_.data();
         fresh = attn_fresh_.data();

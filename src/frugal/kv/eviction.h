@@ -112,7 +112,7 @@ class KvEvictor final : public AttentionObserver {
   Status round_layer(KvTokenStore& kv, int layer, int seq);
   Status check_queries(const KvStoreShape& ko, int layer, int seq);
   RoundStatsRequest stats_request(const KvTokenStore& kv, int layer, int seq);
-  void attention_probs(const KvTokenStore& kv, int layer, int seq, int head, int32_t n, int nq);
+  void attention_probs(const KvTokenStore& kv, const RoundStatsRequest& rq, int layer, int seq, int head, int32_t n);
   const std::vector<int32_t>& select(const KvHeadView& v, int32_t pinned);
 
   KvPolicyOptions opts_;
@@ -132,8 +132,6 @@ class KvEvictor final : public AttentionObserver {
   std::vector<float> qmean_;
   // Scratch reused across rounds.
   std::vector<float> keys_, probs_, scores_, sel_, probs_scratch_, attn_sum_, attn_last_, attn_fresh_, sim_;
-  std::vector<std::vector<float>> qbuf_;    // [layer]: recorded queries, oldest first [nq][n_head][head_dim]
-  std::vector<std::vector<int32_t>> qpos_;  // [layer]: their positions
   std::vector<const float*> qrows_;         // attention_probs: the query rows of a head group
   std::vector<int32_t> qrow_pos_;
   std::vector<RoundStatsRequest> requests_;                // [layer] of the round running

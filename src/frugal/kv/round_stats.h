@@ -7,6 +7,7 @@
 // functions here are the host's way, and the reference a device's is tested against.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -14,10 +15,15 @@ namespace frugal {
 
 // One layer of one sequence: the recorded queries and what to compute from them.
 struct RoundStatsRequest {
-  const float* queries = nullptr;      // [nq][n_head][head_dim], after RoPE, oldest first
-  const int32_t* query_pos = nullptr;  // [nq]
+  // The recorded queries, after RoPE, in a ring of ring_rows rows of [n_head][head_dim] with their
+  // positions beside: the j-th oldest (j < nq) is row (first + j) % ring_rows.
+  const float* queries = nullptr;
+  const int32_t* query_pos = nullptr;
   int nq = 0;
+  int ring_rows = 0;
+  int first = 0;
   int n_head = 0;                      // query heads; n_head / n_head_kv share a KV head
+  int head_dim = 0;
   float scale = 0;
   int32_t window = 0;                  // > 0: a query at p sees keys at positions in (p - window, p]
   int32_t fresh_after = -1;            // `fresh` sums the queries at positions above this
@@ -32,8 +38,14 @@ struct HeadRoundStats {
   std::vector<float> attention, last, fresh, similarity;
 };
 
+// The j-th oldest query's row and position.
+inline const float* request_query(const RoundStatsRequest& rq, int j) {
+  return rq.queries + static_cast<std::size_t>((rq.first + j) % rq.ring_rows) * rq.n_head * rq.head_dim;
+}
+inline int32_t request_pos(const RoundStatsRequest& rq, int j) { return rq.query_pos[(rq.first + j) % rq.ring_rows]; }
+
 // probs [n_rep][nq][n] (kv/attention_probs.h) -> the three sums (each [n]); the query heads are
-// added outer, the queries inner, in order.
+// added outer, the queries inner, in order. query_pos[j]: the j-th oldest query's position.
 void reduce_attention(const float* probs, int n_rep, int nq, int32_t n, const int32_t* query_pos,
                       int32_t fresh_after, float* attention, float* last, float* fresh);
 

@@ -1551,7 +1551,10 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
     }
     const bool attention = rq.attention && rq.nq > 0;
     if (attention) {
-      if (rq.n_head <= 0 || rq.n_head % hkv != 0 || rq.n_head / hkv > kRoundStatsMaxRep) return false;
+      if (rq.n_head <= 0 || rq.n_head % hkv != 0 || rq.n_head / hkv > kRoundStatsMaxRep || rq.head_dim != hd ||
+          rq.ring_rows < rq.nq) {
+        return false;
+      }
       p.n_rep = rq.n_head / hkv;
       p.nq = rq.nq;
     }
@@ -1590,10 +1593,17 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
   char* d_out = rs_dev_ + in_bytes;
   auto* probs = reinterpret_cast<float*>(rs_dev_ + in_bytes + out_bytes);
   auto* inv = reinterpret_cast<float*>(rs_dev_ + in_bytes + out_bytes + probs_bytes);
+  // The queries oldest first, straight from each layer's ring into the pinned buffer.
   for (size_t l = 0; l < layers.size(); ++l) {
     const Plan& p = plan[l];
-    std::memcpy(rs_host_ + p.q, layers[l].queries, static_cast<size_t>(p.nq) * p.n_rep * hkv * hd * 4);
-    std::memcpy(rs_host_ + p.qpos, layers[l].query_pos, static_cast<size_t>(p.nq) * 4);
+    const RoundStatsRequest& rq = layers[l];
+    const size_t row = static_cast<size_t>(p.n_rep) * hkv * hd;
+    auto* q = reinterpret_cast<float*>(rs_host_ + p.q);
+    auto* qpos = reinterpret_cast<int32_t*>(rs_host_ + p.qpos);
+    for (int j = 0; j < p.nq; ++j) {
+      std::memcpy(q + j * row, request_query(rq, j), row * sizeof(float));
+      qpos[j] = request_pos(rq, j);
+    }
   }
   if (in_bytes > 0) FRUGAL_CUDA(cudaMemcpyAsync(d_in, rs_host_, in_bytes, cudaMemcpyHostToDevice, stream_));
   for (size_t l = 0; l < layers.size(); ++l) {
