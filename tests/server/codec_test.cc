@@ -298,6 +298,9 @@ TEST_F(CodecTest, OpenAIChatStreamContract) {
   EXPECT_EQ(usage["usage"]["prompt_tokens"], 9);
   EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
   EXPECT_EQ(usage["usage"]["total_tokens"], 11);
+  // The request's record rides on the usage chunk, as on a whole response (peak KV bytes and all).
+  ASSERT_TRUE(usage.contains("timings"));
+  EXPECT_TRUE(usage["timings"].contains("kv_peak_bytes"));
   EXPECT_EQ(wire.find("\r"), std::string::npos);
 }
 
