@@ -7,7 +7,8 @@
 #   PHASE bench: a Llama-3.1-8B-shaped F16 model (random weights): tg128/pp512 and 64 parallel
 #                sequences (AB_ROUNDS rounds, default 2) (the numbers docs/benchmarks.md keeps, to see the per-head positions cost
 #                nothing), then bench/kv_serving.py: 64 concurrent generations of MAX_TOKENS tokens
-#                per policy of POLICIES (default full,window,random; evicting ones at a 25% budget).
+#                per policy of POLICIES (default full,random,snapkv,h2o,rkv: the scored ones compute
+#                their round statistics on the device; evicting ones at a 25% budget).
 # Usage there: bash bench/gpu_eviction.sh PHASE [SECONDS]. Everything lands in $OUT/gpu-eviction.tgz
 # and the log $OUT/gpu-eviction.log.
 set -u
@@ -83,7 +84,7 @@ if [ "$PHASE" = bench ]; then
   MAXT=${MAX_TOKENS:-4096}
   # One server run per policy, each its own step: a call cut off at its limit keeps the policies
   # that finished. SERVE_S is the time one needs at least (the next is skipped when less is left).
-  for pol in $(echo "${POLICIES:-full,window,random}" | tr ',' ' '); do
+  for pol in $(echo "${POLICIES:-full,random,snapkv,h2o,rkv}" | tr ',' ' '); do
     [ "$(left)" -gt "${SERVE_S:-90}" ] || { say "skipping $pol and the policies after it: $(left) s left"; break; }
     # At most SERVE_MAX_S seconds a policy (default: all that is left but 20 s), so that one too slow
     # to finish (the scored policies at the 8B shape) still lets the call end with its archive.
