@@ -66,19 +66,38 @@ std::vector<int32_t> random_subset(int32_t n, int32_t keep, std::mt19937& rng) {
   return all;
 }
 
+// The default model on the GPU with a cache of two sequences of 64 tokens and the backend's device
+// store for it: what the store tests start from (call through ASSERT_NO_FATAL_FAILURE).
+struct DeviceStore {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> gpu;
+  KvCache kv;
+  KvTokenStore* store = nullptr;
+};
+void open_device_store(DeviceStore& d) {
+  auto model = Model::load(default_model());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  d.model = std::move(*model);
+  auto gpu = make_cuda_backend();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  d.gpu = std::move(*gpu);
+  auto kv = KvCache::create(d.model->kv_options(2, 64));
+  ASSERT_TRUE(kv.ok());
+  d.kv = std::move(*kv);
+  auto store = d.gpu->device_kv(*d.model, d.kv.options());
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  d.store = *store;
+}
+
 TEST(CudaEviction, DeviceStoreKeepsExactlyTheChosenRowsPerHead) {
   SKIP_WITHOUT_GPU();
   if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
-  auto model = Model::load(default_model());
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  Model& m = **model;
-  auto gpu = make_cuda_backend();
-  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-  auto kv = KvCache::create(m.kv_options(2, 64));
-  ASSERT_TRUE(kv.ok());
-  auto store_r = (*gpu)->device_kv(m, kv->options());
-  ASSERT_TRUE(store_r.ok()) << store_r.status().message();
-  KvTokenStore& st = **store_r;
+  DeviceStore d;
+  ASSERT_NO_FATAL_FAILURE(open_device_store(d));
+  Model& m = *d.model;
+  Backend& gpu = *d.gpu;
+  KvCache& kv = d.kv;
+  KvTokenStore& st = *d.store;
   const KvStoreShape sh = st.store_shape();
   ASSERT_EQ(sh.n_layer, m.config().n_layer);
   ASSERT_EQ(sh.n_seq, 2);
@@ -90,7 +109,7 @@ TEST(CudaEviction, DeviceStoreKeepsExactlyTheChosenRowsPerHead) {
     for (int i = 0; i < 40; ++i) b.add(static_cast<TokenId>((7 * i + 13 * s + 3) % nv), i, s, i == 39);
   }
   std::vector<float> logits(static_cast<size_t>(2 * nv));
-  ASSERT_TRUE(m.forward(b, *kv, **gpu, logits.data()).ok());
+  ASSERT_TRUE(m.forward(b, kv, gpu, logits.data()).ok());
   const std::vector<HeadRows> before0 = read_all(st, 0), before1 = read_all(st, 1);
   for (const HeadRows& r : before1) {
     ASSERT_EQ(r.pos.size(), 40u);
@@ -134,7 +153,7 @@ TEST(CudaEviction, DeviceStoreKeepsExactlyTheChosenRowsPerHead) {
   b.clear();
   b.add(5, 40, 1, true);
   std::vector<float> one(static_cast<size_t>(nv));
-  ASSERT_TRUE(m.forward(b, *kv, **gpu, one.data()).ok());
+  ASSERT_TRUE(m.forward(b, kv, gpu, one.data()).ok());
   for (float x : one) ASSERT_TRUE(std::isfinite(x));
   const std::vector<HeadRows> grown = read_all(st, 1);
   for (size_t idx = 0; idx < grown.size(); ++idx) {
@@ -152,12 +171,12 @@ TEST(CudaEviction, DeviceStoreKeepsExactlyTheChosenRowsPerHead) {
   ASSERT_TRUE(st.keep_tokens(0, 1, 0, {0, 1, 2}).ok());
   b.clear();
   b.add(6, 41, 1, true);
-  const Status uneven = m.forward(b, *kv, **gpu, one.data());
+  const Status uneven = m.forward(b, kv, gpu, one.data());
   EXPECT_EQ(uneven.code(), ErrorCode::kInvalidArgument) << uneven.message();
   // A new request in the slot starts clean.
   b.clear();
   for (int i = 0; i < 5; ++i) b.add(static_cast<TokenId>(i + 3), i, 1, i == 4);
-  ASSERT_TRUE(m.forward(b, *kv, **gpu, one.data()).ok());
+  ASSERT_TRUE(m.forward(b, kv, gpu, one.data()).ok());
   EXPECT_EQ(st.size(sh.n_layer - 1, 1, sh.n_head_kv - 1), 5);
 }
 
@@ -386,16 +405,12 @@ TEST(CudaEviction, ObserverGetsTheQueriesOfTheCpuPass) {
 TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
   SKIP_WITHOUT_GPU();
   if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
-  auto model = Model::load(default_model());
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  Model& m = **model;
-  auto gpu = make_cuda_backend();
-  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-  auto kv = KvCache::create(m.kv_options(2, 64));
-  ASSERT_TRUE(kv.ok());
-  auto store_r = (*gpu)->device_kv(m, kv->options());
-  ASSERT_TRUE(store_r.ok()) << store_r.status().message();
-  KvTokenStore& st = **store_r;
+  DeviceStore d;
+  ASSERT_NO_FATAL_FAILURE(open_device_store(d));
+  Model& m = *d.model;
+  Backend& gpu = *d.gpu;
+  KvCache& kv = d.kv;
+  KvTokenStore& st = *d.store;
   const KvStoreShape sh = st.store_shape();
   const int n_head = static_cast<int>(m.config().n_head), hd = sh.head_dim, n_rep = n_head / sh.n_head_kv;
   const int64_t nv = m.config().n_vocab;
@@ -404,14 +419,14 @@ TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
     for (int i = 0; i < 40; ++i) b.add(static_cast<TokenId>((11 * i + 5 * s + 1) % nv), i, s, i == 39);
   }
   std::vector<float> logits(static_cast<size_t>(2 * nv));
-  ASSERT_TRUE(m.forward(b, *kv, **gpu, logits.data()).ok());
+  ASSERT_TRUE(m.forward(b, kv, gpu, logits.data()).ok());
   std::mt19937 rng(std::random_device{}());
   for (int l = 0; l < sh.n_layer; ++l) {
     for (int h = 0; h < sh.n_head_kv; ++h) ASSERT_TRUE(st.keep_tokens(l, 1, h, random_subset(40, 30, rng)).ok());
   }
   b.clear();
   b.add(9, 40, 1, true);
-  ASSERT_TRUE(m.forward(b, *kv, **gpu, logits.data()).ok());  // applies the keeps, appends position 40
+  ASSERT_TRUE(m.forward(b, kv, gpu, logits.data()).ok());  // applies the keeps, appends position 40
 
   std::normal_distribution<float> g(0.f, 1.f);
   const int nq = 6;

@@ -325,7 +325,10 @@ Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
   const int64_t round = round_no_[static_cast<size_t>(seq)];
   int32_t& acc_pos = acc_pos_[static_cast<size_t>(layer) * n_seq_ + seq];
   int32_t newest_q = acc_pos;
-  for (int j = 0; j < nq && needs_.accumulated; ++j) newest_q = std::max(newest_q, rg.pos[static_cast<size_t>((rg.count - nq + j) % buffer)]);
+  // needs.accumulated implies needs.attention: round() built this layer's request.
+  for (int j = 0; j < nq && needs_.accumulated; ++j) {
+    newest_q = std::max(newest_q, request_pos(requests_[static_cast<size_t>(layer)], j));
+  }
   const bool on_store = on_store_;
   std::vector<HeadRoundStats>* head_stats = on_store ? &layer_stats_[static_cast<size_t>(layer)] : nullptr;
   if (head_stats != nullptr && head_stats->size() != static_cast<size_t>(ko.n_head_kv)) {
