@@ -200,6 +200,11 @@ def run_config(args, policy, memory, port):
         "connection_retries": sum(r[3] for r in done),
         "accuracy": accuracy,
         "pool_pages": metric(metrics, "frugal:kv_pool_pages"),
+        # The engine thread's time in eviction rounds (selection, statistics, the keeps), summed over
+        # the finished requests: rounds run between steps, so this time adds to the steps'.
+        "eviction_rounds": metric(metrics, "frugal:kv_eviction_rounds_total"),
+        "eviction_s": metric(metrics, "frugal:kv_eviction_seconds_total"),
+        "engine_steps": metric(metrics, "frugal:engine_steps_total"),
         # K/V bytes each request held at most (its record), and their sum: what the sequences
         # needed at their peaks, whatever the device reserved for their slots.
         "kv_peak_bytes_mean": statistics.mean(r[5] for r in done) if all(r[5] is not None for r in done) else None,
@@ -266,6 +271,7 @@ def main():
               f"p95 {r['p95_latency_s']:6.1f} s  TTFT {r['mean_ttft_s']:6.2f} s  TPOT {r['tpot_ms']:6.1f} ms  "
               f"preemptions {r['preemptions'] or 0:.0f}  connection retries {r['connection_retries']}"
               + (f"  peak KV/request {r['kv_peak_bytes_mean'] / 2**20:.1f} MiB" if r["kv_peak_bytes_mean"] else "")
+              + (f"  rounds {r['eviction_rounds']:.0f} ({r['eviction_s']:.1f} s)" if r["eviction_rounds"] else "")
               + (f"  accuracy {r['accuracy']['rate']:.3f} [{r['accuracy']['ci95'][0]:.3f}, {r['accuracy']['ci95'][1]:.3f}]"
                  f" n={r['accuracy']['n']}" if r["accuracy"] else ""), flush=True)
     if args.json:

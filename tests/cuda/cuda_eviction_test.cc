@@ -319,7 +319,9 @@ class Recorder final : public AttentionObserver {
   };
   void before_attention(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
                         const AttentionParams& p) override {
-    Call c{layer, {seq, seq + n}, {pos, pos + n}, {q, q + n * p.n_head * p.head_dim}};
+    Call c{layer, {seq, seq + n}, {pos, pos + n}, {}};
+    if (q != nullptr) c.q.assign(q, q + n * p.n_head * p.head_dim);
+    null_q += q == nullptr ? 1 : 0;
     calls.push_back(std::move(c));
     params = p;
   }
@@ -328,6 +330,7 @@ class Recorder final : public AttentionObserver {
   std::vector<Call> calls;
   AttentionParams params;
   int after = 0;
+  int null_q = 0;  // calls whose queries stayed on the device
 
  private:
   int32_t recent_;
@@ -337,7 +340,8 @@ class Recorder final : public AttentionObserver {
 // `recent_queries()` rows of the step, and the observer sees them layer by layer with their
 // sequences and positions: the rows the CPU's op-by-op pass shows it (there: every row), within the
 // rounding of the GPU's F16 prefill products (rel_l2 per layer below 1e-2; a wrong row, layer or
-// an unrotated query is off by far more).
+// an unrotated query is off by far more). With the queries kept on the device (the default), the
+// test after this one.
 TEST(CudaEviction, ObserverGetsTheQueriesOfTheCpuPass) {
   SKIP_WITHOUT_GPU();
   if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
@@ -346,7 +350,9 @@ TEST(CudaEviction, ObserverGetsTheQueriesOfTheCpuPass) {
   auto gmodel = Model::load(default_model());
   auto cmodel = Model::load(default_model(), lo);
   ASSERT_TRUE(gmodel.ok() && cmodel.ok());
-  auto gpu = make_cuda_backend();
+  CudaBackendOptions go;
+  go.query_ring = false;
+  auto gpu = make_cuda_backend(go);
   ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
   auto cpu = make_cpu_backend(CpuBackendOptions{0});
   const Model& m = **cmodel;
@@ -397,11 +403,131 @@ TEST(CudaEviction, ObserverGetsTheQueriesOfTheCpuPass) {
   }
 }
 
+// The queries kept on the device (QueryCapture::ring_rows, the default) are the ones a pass copies
+// to the host: the observer gets the same sequences and positions and no query rows, and the
+// store's statistics from its rings (requests without queries) equal, bit for bit, those from the
+// host copies of a second backend that ran the same passes. Positions the ring no longer holds,
+// or more queries than it keeps, are refused with a message.
+TEST(CudaEviction, QueriesKeptOnTheDeviceGiveTheStatisticsOfHostCopies) {
+  SKIP_WITHOUT_GPU();
+  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
+  auto model = Model::load(default_model());
+  ASSERT_TRUE(model.ok());
+  Model& m = **model;
+  CudaBackendOptions host_opts;
+  host_opts.query_ring = false;
+  auto ring_gpu = make_cuda_backend();
+  auto host_gpu = make_cuda_backend(host_opts);
+  ASSERT_TRUE(ring_gpu.ok() && host_gpu.ok()) << ring_gpu.status().to_string();
+  const int n_head = static_cast<int>(m.config().n_head), hd = static_cast<int>(m.config().head_dim);
+  ASSERT_TRUE((*ring_gpu)->keeps_queries(n_head, static_cast<int>(m.config().n_head_kv), 8));
+  ASSERT_FALSE((*host_gpu)->keeps_queries(n_head, static_cast<int>(m.config().n_head_kv), 8));
+  auto kv_r = KvCache::create(m.kv_options(2, 128));
+  auto kv_h = KvCache::create(m.kv_options(2, 128));
+  ASSERT_TRUE(kv_r.ok() && kv_h.ok());
+  auto st_r = (*ring_gpu)->device_kv(m, kv_r->options());
+  auto st_h = (*host_gpu)->device_kv(m, kv_h->options());
+  ASSERT_TRUE(st_r.ok() && st_h.ok());
+  const int64_t nv = m.config().n_vocab;
+  const int ring = 8;
+  Recorder rr(ring), rh(ring);  // every step's calls, appended
+  // Step 0: prefills of 20 and 5 tokens; then 6 single-token steps of both (the ring of 8 wraps).
+  for (int step = 0; step < 7; ++step) {
+    Batch b;
+    const int n0 = step == 0 ? 20 : 1, n1 = step == 0 ? 5 : 1;
+    const int p0 = step == 0 ? 0 : 19 + step, p1 = step == 0 ? 0 : 4 + step;
+    for (int i = 0; i < n0; ++i) b.add(static_cast<TokenId>((7 * i + 3 * step + 3) % nv), p0 + i, 0, i + 1 == n0);
+    for (int i = 0; i < n1; ++i) b.add(static_cast<TokenId>((11 * i + 5 * step + 5) % nv), p1 + i, 1, i + 1 == n1);
+    std::vector<float> lr(static_cast<size_t>(2 * nv)), lh(lr.size());
+    ASSERT_TRUE(m.forward(b, *kv_r, **ring_gpu, lr.data(), &rr).ok());
+    ASSERT_TRUE(m.forward(b, *kv_h, **host_gpu, lh.data(), &rh).ok());
+  }
+  ASSERT_EQ(rr.calls.size(), rh.calls.size());
+  EXPECT_EQ(rr.null_q, static_cast<int>(rr.calls.size()));
+  EXPECT_EQ(rh.null_q, 0);
+  for (size_t c = 0; c < rr.calls.size(); ++c) {
+    EXPECT_EQ(rr.calls[c].layer, rh.calls[c].layer);
+    EXPECT_EQ(rr.calls[c].seq, rh.calls[c].seq);
+    EXPECT_EQ(rr.calls[c].pos, rh.calls[c].pos);
+  }
+  // The newest nq queries of each (layer, sequence), as an evictor's ring holds them.
+  const int n_layer = static_cast<int>(m.config().n_layer);
+  const size_t row = static_cast<size_t>(n_head) * hd;
+  for (const int nq : {8, 5}) {
+    for (int s = 0; s < 2; ++s) {
+      std::vector<std::vector<float>> q(static_cast<size_t>(n_layer));
+      std::vector<std::vector<int32_t>> qpos(static_cast<size_t>(n_layer));
+      std::vector<RoundStatsRequest> host_reqs(static_cast<size_t>(n_layer)), ring_reqs;
+      for (size_t c = 0; c < rh.calls.size(); ++c) {
+        const Recorder::Call& call = rh.calls[c];
+        for (size_t i = 0; i < call.seq.size(); ++i) {
+          if (call.seq[i] != s) continue;
+          auto& ql = q[static_cast<size_t>(call.layer)];
+          ql.insert(ql.end(), call.q.begin() + static_cast<std::ptrdiff_t>(i * row),
+                    call.q.begin() + static_cast<std::ptrdiff_t>((i + 1) * row));
+          qpos[static_cast<size_t>(call.layer)].push_back(call.pos[i]);
+        }
+      }
+      for (int l = 0; l < n_layer; ++l) {
+        RoundStatsRequest& rq = host_reqs[static_cast<size_t>(l)];
+        const auto held = static_cast<int>(qpos[static_cast<size_t>(l)].size());
+        ASSERT_GE(held, nq);
+        rq.queries = q[static_cast<size_t>(l)].data();
+        rq.query_pos = qpos[static_cast<size_t>(l)].data();
+        rq.ring_rows = held;
+        rq.first = held - nq;
+        rq.nq = nq;
+        rq.n_head = n_head;
+        rq.head_dim = hd;
+        rq.scale = 1.f / std::sqrt(static_cast<float>(hd));
+        rq.fresh_after = 21;
+        rq.attention = true;
+        rq.similarity_candidates = 0;
+      }
+      ring_reqs = host_reqs;
+      for (RoundStatsRequest& rq : ring_reqs) rq.queries = nullptr;
+      std::vector<std::vector<HeadRoundStats>> from_ring, from_host;
+      auto a = (*st_r)->round_stats(s, ring_reqs, from_ring);
+      auto b = (*st_h)->round_stats(s, host_reqs, from_host);
+      ASSERT_TRUE(a.ok()) << a.status().message();
+      ASSERT_TRUE(b.ok()) << b.status().message();
+      ASSERT_TRUE(*a && *b);
+      for (int l = 0; l < n_layer; ++l) {
+        for (size_t h = 0; h < from_host[static_cast<size_t>(l)].size(); ++h) {
+          const HeadRoundStats& x = from_ring[static_cast<size_t>(l)][h];
+          const HeadRoundStats& y = from_host[static_cast<size_t>(l)][h];
+          EXPECT_EQ(x.attention, y.attention) << "nq " << nq << " seq " << s << " layer " << l << " head " << h;
+          EXPECT_EQ(x.last, y.last) << "layer " << l;
+          EXPECT_EQ(x.fresh, y.fresh) << "layer " << l;
+          ASSERT_FALSE(x.attention.empty());
+        }
+      }
+      // The oldest position recorded is no longer in the ring of 8: refused, naming it.
+      std::vector<RoundStatsRequest> stale = ring_reqs;
+      stale[0].first = 0;
+      stale[0].nq = std::min(static_cast<int>(qpos[0].size()), 8);
+      if (qpos[0].size() > 8) {
+        auto r = (*st_r)->round_stats(s, stale, from_ring);
+        ASSERT_FALSE(r.ok());
+        EXPECT_NE(r.status().message().find("not in the device's ring"), std::string::npos) << r.status().message();
+      }
+      std::vector<RoundStatsRequest> too_many = ring_reqs;
+      too_many[1].nq = 9;
+      too_many[1].ring_rows = std::max(too_many[1].ring_rows, 9);
+      too_many[1].first = 0;
+      if (qpos[1].size() >= 9) {
+        EXPECT_FALSE((*st_r)->round_stats(s, too_many, from_ring).ok());
+      }
+    }
+  }
+}
+
 // The statistics a scored round reads, computed on the device rows (KvTokenStore::round_stats),
 // equal the host's from the same rows (kv/round_stats.h, kv/attention_probs.h): fresh random
 // queries over every layer of a sequence as prefilled and of one thinned by a round and then grown
 // by a step (its device slots no longer follow positions), with and without a sliding window. A
-// sequence with a keep still queued is left to the host (false), the others are not.
+// sequence with a round queued since the last step has its rows moved first; one queued on some
+// heads only is refused.
 TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
   SKIP_WITHOUT_GPU();
   if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
@@ -513,17 +639,41 @@ TEST(CudaEviction, RoundStatisticsOnTheDeviceMatchTheHost) {
   }
   EXPECT_EQ(checked, 4 * sh.n_layer * sh.n_head_kv);
 
-  // A keep queued on sequence 0: its round goes to the host; sequence 1 stays on the device.
+  // A keep queued on one head of sequence 0 only: the rows cannot move (one count per sequence),
+  // refused with the compaction's message; sequence 1 stays on the device.
   ASSERT_TRUE(st.keep_tokens(0, 0, 0, random_subset(40, 35, rng)).ok());
   std::vector<std::vector<float>> q;
   std::vector<std::vector<int32_t>> qpos;
   std::vector<std::vector<HeadRoundStats>> dev;
   auto first = st.round_stats(0, make_requests(0, 0, q, qpos), dev);
-  ASSERT_TRUE(first.ok());
-  EXPECT_FALSE(*first);
+  ASSERT_FALSE(first.ok());
+  EXPECT_NE(first.status().message().find("alike"), std::string::npos) << first.status().message();
   auto second = st.round_stats(1, make_requests(1, 0, q, qpos), dev);
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(*second);
+  // A round queued on every head of sequence 1 (20 of its 31 rows): the statistics cover the 20
+  // kept, and the weights of each query that sees one of them sum to one over them.
+  for (int l = 0; l < sh.n_layer; ++l) {
+    for (int h = 0; h < sh.n_head_kv; ++h) ASSERT_TRUE(st.keep_tokens(l, 1, h, random_subset(31, 20, rng)).ok());
+  }
+  const std::vector<RoundStatsRequest> after_keep = make_requests(1, 0, q, qpos);
+  auto third = st.round_stats(1, after_keep, dev);
+  ASSERT_TRUE(third.ok()) << third.status().message();
+  EXPECT_TRUE(*third);
+  for (int l = 0; l < sh.n_layer; ++l) {
+    for (int h = 0; h < sh.n_head_kv; ++h) {
+      const HeadRoundStats& d = dev[static_cast<size_t>(l)][static_cast<size_t>(h)];
+      ASSERT_EQ(d.attention.size(), 20u);
+      const int32_t* kept = st.positions(l, 1, h);
+      int seeing = 0;
+      for (int j = 0; j < nq; ++j) {
+        seeing += *std::min_element(kept, kept + 20) <= request_pos(after_keep[static_cast<size_t>(l)], j) ? 1 : 0;
+      }
+      double total = 0;
+      for (float x : d.attention) total += x;
+      EXPECT_NEAR(total, n_rep * seeing, 1e-3) << "layer " << l << " head " << h;
+    }
+  }
   std::vector<RoundStatsRequest> short_list = make_requests(1, 0, q, qpos);
   short_list.pop_back();
   EXPECT_EQ(st.round_stats(1, short_list, dev).status().code(), ErrorCode::kInvalidArgument);

@@ -134,7 +134,8 @@ TEST(CudaFluxBin, ProductsMatchReferenceOnRandomMatrices) {
   std::mt19937 rng(seed);
   // Every block shape of the GEMV (rows per warp and warps per block change which rows a block
   // builds tables for, how many table inputs each thread loads, and who stores which row).
-  for (const char* block : {"8x2", "8x4", "16x4", "16x2"}) {
+  // The default (8x4) last, so that the tests after this one run on it.
+  for (const char* block : {"8x2", "16x2", "16x4", "8x4"}) {
     ASSERT_TRUE(cuda::set_fluxbin_gemv_shape(block).ok());
     SCOPED_TRACE(std::string("block shape ") + block);
     for (const Shape& s : kShapes) {
@@ -142,7 +143,7 @@ TEST(CudaFluxBin, ProductsMatchReferenceOnRandomMatrices) {
       const fb::View v = m.view();
       const WeightTensor w = m.weight();
       for (int n : {1, 2, 3, 8, 12}) {
-        if (n == 12 && std::string(block) != "16x2") continue;  // cuBLAS: not the GEMV
+        if (n == 12 && std::string(block) != "8x4") continue;  // cuBLAS: not the GEMV
         SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols) + " salient " + std::to_string(s.salient) +
                      ", " + std::to_string(n) + " tokens");
         const std::vector<float> x = random_input(n * s.cols, rng);

@@ -503,6 +503,31 @@ TEST(KvPolicy, ScoredPolicyWithoutQueriesFailsWithMessage) {
   EXPECT_NE(s.message().find("snapkv"), std::string::npos);
 }
 
+// Queries a backend kept beside its device rows reach the evictor as positions only (null rows);
+// a store that cannot compute the statistics itself (the host cache) then fails the round with a
+// message instead of reading rows that are not there.
+TEST(KvPolicy, QueriesKeptOnADeviceNeedAStoreThatScoresThem) {
+  Fixture f = make_cache(30, 30, DType::kF32, 1);
+  for (const char* policy : {"snapkv", "h2o", "tova", "rkv"}) {
+    auto ev = evictor(policy, 16, 4, false);
+    ev->begin(f.kv, 0, 2);
+    AttentionParams ap;
+    ap.n_head = kHeadsKv * kRep;
+    ap.n_head_kv = kHeadsKv;
+    ap.head_dim = kHeadDim;
+    ap.scale = 1.f / std::sqrt(static_cast<float>(kHeadDim));
+    for (int32_t p = 26; p < 30; ++p) {
+      const int32_t s0 = 0;
+      for (int l = 0; l < kLayers; ++l) ev->before_attention(l, &s0, &p, 1, nullptr, ap);
+    }
+    const Status st = ev->round(f.kv, 0);
+    ASSERT_FALSE(st.ok()) << policy;
+    EXPECT_EQ(st.code(), ErrorCode::kNotSupported) << policy;
+    EXPECT_NE(st.message().find("stayed on the device"), std::string::npos) << st.message();
+    EXPECT_EQ(held(f.kv, 0, 0).size(), 30u) << policy << ": nothing evicted";
+  }
+}
+
 TEST(KvPolicy, F16CacheCompactsToo) {
   Fixture f = make_cache(30, 30, DType::kF16, 13);
   auto ev = evictor("window", 10, 2, false);

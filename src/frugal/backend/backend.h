@@ -63,13 +63,21 @@ struct RopeParams {
 };
 
 // A backend is driven by one thread at a time: its kernels share scratch buffers and a pool.
-// The post-RoPE queries of chosen rows of a batch, copied off a backend that runs the pass whole
+// The post-RoPE queries of chosen rows of a batch, taken by a backend that runs the pass whole
 // (forward_model) for the attention observers (kv/attention_observer.h) of the scored eviction
-// policies: rows[0 .. m) are batch indices, out is [n_layer][m][n_head * head_dim].
+// policies: rows[0 .. m) are batch indices. With ring_rows == 0 they are copied to the host, out
+// [n_layer][m][n_head * head_dim]. With ring_rows > 0 (only where keeps_queries() said so) they
+// stay on the device, in a ring per sequence of at least ring_rows rows indexed by position: row i
+// (sequence seq[i], position pos[i]) replaces the query at the same position modulo the ring, in
+// every layer, and the store's round statistics read them there (KvTokenStore::round_stats with
+// RoundStatsRequest::queries null); out is unused.
 struct QueryCapture {
   const int32_t* rows = nullptr;
   int64_t m = 0;
   float* out = nullptr;
+  int32_t ring_rows = 0;
+  const int32_t* seq = nullptr;  // [m], with ring_rows > 0
+  const int32_t* pos = nullptr;  // [m], with ring_rows > 0
 };
 
 class Backend {
@@ -137,6 +145,13 @@ class Backend {
   virtual Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
                                      int32_t* greedy, const QueryCapture* queries) {
     (void)model, (void)batch, (void)kv, (void)logits, (void)greedy, (void)queries;
+    return false;
+  }
+  // Whether forward_model can keep captured queries of a model of these heads in rings of
+  // `ring_rows` rows per sequence on the device (QueryCapture::ring_rows) and compute the rounds'
+  // statistics from there: then no query crosses to the host.
+  virtual bool keeps_queries(int n_head, int n_head_kv, int32_t ring_rows) const {
+    (void)n_head, (void)n_head_kv, (void)ring_rows;
     return false;
   }
 

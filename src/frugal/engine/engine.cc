@@ -65,7 +65,7 @@ class SlotObservers final : public AttentionObserver {
                         const AttentionParams& p) override {
     const size_t row = static_cast<size_t>(p.n_head) * p.head_dim;
     for_runs(seq, n, [&](AttentionObserver& o, int64_t t, int64_t e) {
-      o.before_attention(layer, seq + t, pos + t, e - t, q + static_cast<size_t>(t) * row, p);
+      o.before_attention(layer, seq + t, pos + t, e - t, q != nullptr ? q + static_cast<size_t>(t) * row : nullptr, p);
     });
   }
   void after_attention(KvCache& kv, int layer, const int32_t* seq, int64_t n) override {

@@ -17,7 +17,9 @@ class AttentionObserver {
   virtual ~AttentionObserver() = default;
   // Layer `layer` is about to attend: q [n][n_head][head_dim] (after RoPE) are the queries of the
   // batch's tokens, token t of sequence seq[t] at position pos[t]. Called once per layer per
-  // forward step, after the step's keys and values were appended to the cache.
+  // forward step, after the step's keys and values were appended to the cache. q is null when the
+  // backend kept the queries where its KV rows live (Backend::keeps_queries): an observer records
+  // their positions, and the store computes what it needs from them (KvTokenStore::round_stats).
   virtual void before_attention(int layer, const int32_t* seq, const int32_t* pos, int64_t n, const float* q,
                                 const AttentionParams& p) = 0;
   // Attention of `layer` has read `kv`; an observer may now change how the cache stores it

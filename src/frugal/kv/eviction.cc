@@ -180,12 +180,14 @@ void KvEvictor::before_attention(int layer, const int32_t* seq, const int32_t* p
     const int s = seq[t];
     if (s < 0 || s >= n_seq_ || layer < 0 || static_cast<size_t>(layer) * n_seq_ >= rings_.size()) continue;
     Ring& rg = ring(layer, s);
-    if (rg.q.size() != row * cap) {
-      rg.q.assign(row * cap, 0.f);
-      rg.pos.assign(static_cast<size_t>(cap), 0);
-    }
+    if (rg.pos.size() != static_cast<size_t>(cap)) rg.pos.assign(static_cast<size_t>(cap), 0);
     const size_t slot = static_cast<size_t>(rg.count % cap);
-    std::memcpy(rg.q.data() + slot * row, q + static_cast<size_t>(t) * row, row * sizeof(float));
+    // Null: the backend kept the queries beside the rows (the store reads them at the round).
+    rg.on_store = q == nullptr;
+    if (q != nullptr) {
+      if (rg.q.size() != row * cap) rg.q.assign(row * cap, 0.f);
+      std::memcpy(rg.q.data() + slot * row, q + static_cast<size_t>(t) * row, row * sizeof(float));
+    }
     rg.pos[slot] = pos[t];
     ++rg.count;
   }
@@ -200,7 +202,7 @@ void KvEvictor::after_attention(KvCache& kv, int layer, const int32_t* seq, int6
     if ((t > 0 && seq[t - 1] == s) || s < 0 || s >= n_seq_) continue;
     const Ring& rg = ring(layer, s);
     const int nq = static_cast<int>(std::min<int64_t>(rg.count, opts_.buffer));
-    if (nq == 0) continue;
+    if (nq == 0 || rg.on_store) continue;
     // Mean over the group's heads and the recent queries: its dot product with a key is the mean
     // attention logit the key receives (HyQuant's vertical-line score).
     qmean_.assign(static_cast<size_t>(attn_.n_head_kv) * hd, 0.f);
@@ -243,6 +245,14 @@ Status KvEvictor::round(KvTokenStore& kv, int seq) {
       requests_[static_cast<size_t>(l)] = stats_request(kv, l, seq);
     }
     FRUGAL_ASSIGN_OR_RETURN(on_store_, kv.round_stats(seq, requests_, layer_stats_));
+    for (int l = 0; l < ko.n_layer && !on_store_ && needs_.attention; ++l) {
+      if (requests_[static_cast<size_t>(l)].queries == nullptr) {
+        return error(ErrorCode::kNotSupported,
+                     "kv eviction: layer {}'s recorded queries stayed on the device, and the store could not "
+                     "compute the round's statistics there",
+                     l);
+      }
+    }
     if (on_store_ && layer_stats_.size() != static_cast<size_t>(ko.n_layer)) {
       return error(ErrorCode::kInvalidArgument, "kv eviction: the store gave statistics for {} layers, not {}",
                    layer_stats_.size(), ko.n_layer);
@@ -276,7 +286,7 @@ RoundStatsRequest KvEvictor::stats_request(const KvTokenStore& kv, int layer, in
   const int32_t buffer = opts_.buffer;
   const int nq = static_cast<int>(std::min<int64_t>(rg.count, buffer));
   RoundStatsRequest rq;
-  rq.queries = rg.q.data();
+  rq.queries = rg.on_store || rg.q.empty() ? nullptr : rg.q.data();
   rq.query_pos = rg.pos.data();
   rq.nq = nq;
   rq.ring_rows = buffer;

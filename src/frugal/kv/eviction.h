@@ -102,9 +102,10 @@ class KvEvictor final : public AttentionObserver {
 
  private:
   struct Ring {
-    std::vector<float> q;        // [buffer][n_head * head_dim]
+    std::vector<float> q;        // [buffer][n_head * head_dim], unless on_store
     std::vector<int32_t> pos;    // [buffer]
     int64_t count = 0;           // queries ever recorded
+    bool on_store = false;       // the queries stayed with the store's rows (observer got null)
   };
   KvEvictor() = default;
   Ring& ring(int layer, int seq) { return rings_[static_cast<size_t>(layer) * n_seq_ + seq]; }

@@ -16,7 +16,8 @@ namespace frugal {
 // One layer of one sequence: the recorded queries and what to compute from them.
 struct RoundStatsRequest {
   // The recorded queries, after RoPE, in a ring of ring_rows rows of [n_head][head_dim] with their
-  // positions beside: the j-th oldest (j < nq) is row (first + j) % ring_rows.
+  // positions beside: the j-th oldest (j < nq) is row (first + j) % ring_rows. Null queries: the
+  // store holds them, by position (KvTokenStore::round_stats); the positions are still here.
   const float* queries = nullptr;
   const int32_t* query_pos = nullptr;
   int nq = 0;

@@ -44,7 +44,9 @@ class KvTokenStore {
   // sequence, computed where the rows are: layers[l] is layer l's request; out[l] gets one entry per
   // KV head, each vector sized to the head's tokens (similarity: to similarity_candidates). false:
   // this store does not compute them (the round reads the rows and computes them on the host); a
-  // store that has its rows on a device does, all layers in one exchange with the device.
+  // store that has its rows on a device does, all layers in one exchange with the device. A request
+  // whose `queries` is null names queries the store kept itself (Backend::keeps_queries): the j-th
+  // oldest is the one at position request_pos(rq, j).
   virtual Result<bool> round_stats(int seq, const std::vector<RoundStatsRequest>& layers,
                                    std::vector<std::vector<HeadRoundStats>>& out) {
     (void)seq, (void)layers, (void)out;

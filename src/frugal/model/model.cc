@@ -35,6 +35,10 @@ struct Model::Workspace {
 
 namespace {
 
+// The largest ring of recent queries per sequence a backend is asked to keep on its device (an
+// observer that keeps more, or all, gets them on the host).
+constexpr int64_t kMaxQueryRing = 4096;
+
 void draw_progress(uint64_t done, uint64_t total) {
   const int width = 40;
   const double frac = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
@@ -252,8 +256,9 @@ Status Model::forward_greedy(const Batch& batch, KvCache& kv, Backend& be, int32
 
 // On a backend that runs the pass whole, the observer cannot be called between a layer's rope and
 // its attention: the backend copies the post-RoPE queries of each sequence's newest rows (as many
-// as the observer keeps) off the device, and the observer sees them after the pass, layer by layer,
-// in the order the op-by-op path calls it. What the observers of eviction do with them (record
+// as the observer keeps) off the device, or keeps them in rings there (Backend::keeps_queries),
+// and the observer sees them (or their positions) after the pass, layer by layer, in the order the
+// op-by-op path calls it. What the observers of eviction do with them (record
 // queries for the next round between steps) does not depend on when within the step they come.
 Result<bool> Model::forward_whole_observed(const Batch& batch, KvCache& kv, Backend& be, float* logits,
                                            int32_t* greedy, AttentionObserver& observer) {
@@ -273,11 +278,21 @@ Result<bool> Model::forward_whole_observed(const Batch& batch, KvCache& kv, Back
   const ModelConfig& c = config_;
   const int64_t m = static_cast<int64_t>(rows.size());
   const size_t row = static_cast<size_t>(c.n_head * c.head_dim);
-  captured_q_.resize(static_cast<size_t>(c.n_layer * m) * row);
   QueryCapture cap;
   cap.rows = rows.data();
   cap.m = m;
-  cap.out = captured_q_.data();
+  // Where the backend can keep them, the queries stay in rings beside its KV rows, and the
+  // observer gets their positions only.
+  const bool on_device = keep <= kMaxQueryRing && be.keeps_queries(static_cast<int>(c.n_head),
+                                                                   static_cast<int>(c.n_head_kv), static_cast<int32_t>(keep));
+  if (on_device) {
+    cap.ring_rows = static_cast<int32_t>(keep);
+    cap.seq = seq.data();
+    cap.pos = pos.data();
+  } else {
+    captured_q_.resize(static_cast<size_t>(c.n_layer * m) * row);
+    cap.out = captured_q_.data();
+  }
   FRUGAL_ASSIGN_OR_RETURN(const bool done, be.forward_model(*this, batch, kv, logits, greedy, m > 0 ? &cap : nullptr));
   if (!done || m == 0) return done;
   AttentionParams ap;
@@ -287,7 +302,8 @@ Result<bool> Model::forward_whole_observed(const Batch& batch, KvCache& kv, Back
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ap.window = c.sliding_window;
   for (int il = 0; il < c.n_layer; ++il) {
-    observer.before_attention(il, seq.data(), pos.data(), m, captured_q_.data() + static_cast<size_t>(il * m) * row, ap);
+    observer.before_attention(il, seq.data(), pos.data(), m,
+                              on_device ? nullptr : captured_q_.data() + static_cast<size_t>(il * m) * row, ap);
     observer.after_attention(kv, il, seq.data(), m);
   }
   return true;

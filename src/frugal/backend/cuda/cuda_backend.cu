@@ -719,6 +719,8 @@ class CudaBackend final : public Backend {
     if (f != nullptr && std::strcmp(f, "0") == 0) gemm_.set_fuse(false);
     const char* fm = std::getenv("FRUGAL_CUDA_FUSE_MIXED");
     if (fm != nullptr && std::strcmp(fm, "0") == 0) gemm_.set_fuse_mixed(false);
+    const char* qr = std::getenv("FRUGAL_CUDA_QUERY_RING");
+    if (qr != nullptr && std::strcmp(qr, "0") == 0) opts_.query_ring = false;
 
     // Per-launch synchronization and per-kernel events cannot happen inside graph capture.
     if (sync_each_launch() || profiling()) opts_.graphs = false;
@@ -752,6 +754,10 @@ class CudaBackend final : public Backend {
 
   Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
                              int32_t* greedy, const QueryCapture* queries) override;
+  bool keeps_queries(int n_head, int n_head_kv, int32_t ring_rows) const override {
+    return opts_.query_ring && ring_rows > 0 && n_head_kv > 0 && n_head % n_head_kv == 0 &&
+           n_head / n_head_kv <= kRoundStatsMaxRep;
+  }
   Result<bool> copy_kv_rows(int src, int dst, int32_t begin, int32_t end) override;
   Result<KvTokenStore*> device_kv(const Model& model, const KvCacheOptions& shape) override;
 
@@ -881,6 +887,17 @@ class CudaBackend final : public Backend {
   float* qcap_ = nullptr;
   int64_t qcap_cap_ = 0;
   int qcap_m_ = 0;
+  // Queries kept on the device (QueryCapture::ring_rows > 0): the rings [n_layer][n_seq][rows]
+  // [n_head * head_dim], a query of position p at row p % rows of its sequence's ring; the position
+  // each row holds (-1: none), mirrored on the host; this step's ring row (seq * rows + row) of
+  // each captured row.
+  bool qcap_ring_ = false;
+  int32_t* qcap_dst_ = nullptr;
+  std::vector<int32_t> qcap_dst_host_;
+  float* qring_ = nullptr;
+  int32_t qring_rows_ = 0;
+  std::vector<int32_t> qring_pos_;  // [n_seq][rows]
+  Status ensure_query_ring(int32_t rows);
 };
 
 Status upload_floats(const std::vector<float>& v, DeviceArena& arena, float** out, cudaStream_t s) {
@@ -901,6 +918,10 @@ Status CudaBackend::upload(const Model& m) {
   qcap_rows_ = nullptr;  // freed with the arena
   qcap_ = nullptr;
   qcap_cap_ = 0;
+  qcap_dst_ = nullptr;
+  qring_ = nullptr;
+  qring_rows_ = 0;
+  qring_pos_.clear();
   kv_ = KvDev{};
   layers_.clear();
   model_ = nullptr;
@@ -977,6 +998,10 @@ Status CudaBackend::ensure_kv(const KvCacheOptions& o) {
   qcap_rows_ = nullptr;  // freed with the arena
   qcap_ = nullptr;
   qcap_cap_ = 0;
+  qcap_dst_ = nullptr;
+  qring_ = nullptr;
+  qring_rows_ = 0;
+  qring_pos_.clear();
   kv_ = KvDev{};
   kv_.n_layer = static_cast<int>(cfg_.n_layer);
   kv_.n_seq = o.n_seq;
@@ -1173,7 +1198,10 @@ void CudaBackend::layer(int il, int n) {
     launch_rms_norm(b.k, L.k_norm, static_cast<int64_t>(n) * nkv, hd, c.rms_eps, b.k, nullptr, s);
   }
   launch_rope_store(b.q, b.k, b.v, n, nh, kv_, il, seq, pos, slot, rope_, s);
-  if (qcap_m_ > 0) {  // the observed rows' rotated queries, gathered as the rows of an F32 matrix
+  if (qcap_m_ > 0 && qcap_ring_) {  // the observed rows' rotated queries into their rings
+    const int64_t ring_layer = static_cast<int64_t>(kv_.n_seq) * qring_rows_ * nh * hd;
+    launch_scatter_query_rows(b.q, qcap_rows_, qcap_dst_, qcap_m_, nh * hd, qring_ + il * ring_layer, s);
+  } else if (qcap_m_ > 0) {  // the observed rows' rotated queries, gathered as the rows of an F32 matrix
     DevWeight qw;
     qw.type = DType::kF32;
     qw.rows = n;
@@ -1335,9 +1363,51 @@ Status CudaBackend::ensure_capture(int64_t m) {
   drop_graphs();
   const int64_t cap = std::max<int64_t>(m, 8);
   FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(cap), &qcap_rows_));
+  FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(cap), &qcap_dst_));
   FRUGAL_RETURN_IF_ERROR(
       state_.alloc(static_cast<size_t>(cfg_.n_layer * cap * cfg_.n_head * cfg_.head_dim), &qcap_));
   qcap_cap_ = cap;
+  return ok_status();
+}
+
+// Rings of at least `rows` rows per sequence, in the state arena: 2 GiB for 64 sequences of an 8B
+// shape with 64 rows. They only grow (the graphs are dropped: the pointer moves), and a grown
+// ring takes over the queries the old one held, each at its position's row in the new one.
+Status CudaBackend::ensure_query_ring(int32_t rows) {
+  if (qring_ != nullptr && qring_rows_ >= rows) return ok_status();
+  drop_graphs();
+  const int64_t row = static_cast<int64_t>(cfg_.n_head) * cfg_.head_dim;
+  float* ring = nullptr;
+  FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(kv_.n_layer) * kv_.n_seq * rows * row, &ring));
+  std::vector<int32_t> pos(static_cast<size_t>(kv_.n_seq) * rows, -1);
+  if (qring_ != nullptr) {
+    std::vector<int32_t> from, to;
+    for (int sq = 0; sq < kv_.n_seq; ++sq) {
+      for (int32_t r = 0; r < qring_rows_; ++r) {
+        const int32_t p = qring_pos_[static_cast<size_t>(sq) * qring_rows_ + r];
+        if (p < 0) continue;
+        from.push_back(sq * qring_rows_ + r);
+        to.push_back(sq * rows + p % rows);
+        pos[static_cast<size_t>(sq) * rows + p % rows] = p;
+      }
+    }
+    if (!from.empty()) {
+      int32_t* d = nullptr;
+      FRUGAL_RETURN_IF_ERROR(state_.alloc(from.size() * 2, &d));
+      FRUGAL_CUDA(cudaMemcpyAsync(d, from.data(), from.size() * 4, cudaMemcpyHostToDevice, stream_));
+      FRUGAL_CUDA(cudaMemcpyAsync(d + from.size(), to.data(), to.size() * 4, cudaMemcpyHostToDevice, stream_));
+      for (int l = 0; l < kv_.n_layer; ++l) {
+        launch_scatter_query_rows(qring_ + l * kv_.n_seq * qring_rows_ * row, d, d + from.size(),
+                                  static_cast<int>(from.size()), static_cast<int>(row),
+                                  ring + l * kv_.n_seq * static_cast<int64_t>(rows) * row, stream_);
+      }
+      FRUGAL_RETURN_IF_ERROR(take_launch_error());
+      FRUGAL_CUDA(cudaStreamSynchronize(stream_));  // the host vectors go out of scope
+    }
+  }
+  qring_ = ring;
+  qring_rows_ = rows;
+  qring_pos_ = std::move(pos);
   return ok_status();
 }
 
@@ -1347,8 +1417,29 @@ Status CudaBackend::step(const Batch& batch, float* logits, int32_t* greedy, con
   gemm_.set_row_invariant(row_invariant_);
   FRUGAL_RETURN_IF_ERROR(ensure_buffers(n));
   qcap_m_ = queries != nullptr ? static_cast<int>(queries->m) : 0;
+  qcap_ring_ = qcap_m_ > 0 && queries->ring_rows > 0;
   if (qcap_m_ > 0) {
     FRUGAL_RETURN_IF_ERROR(ensure_capture(qcap_m_));
+    if (qcap_ring_) {
+      if (queries->seq == nullptr || queries->pos == nullptr) {
+        return fail(ErrorCode::kInvalidArgument, "cuda: a query ring capture without sequences and positions");
+      }
+      for (int i = 0; i < qcap_m_; ++i) {
+        if (queries->seq[i] < 0 || queries->seq[i] >= kv_.n_seq || queries->pos[i] < 0) {
+          return fail(ErrorCode::kInvalidArgument, "cuda: captured query ", i, " of sequence ", queries->seq[i],
+                      " at position ", queries->pos[i], " (", kv_.n_seq, " sequences)");
+        }
+      }
+      FRUGAL_RETURN_IF_ERROR(ensure_query_ring(queries->ring_rows));
+      qcap_dst_host_.resize(static_cast<size_t>(qcap_m_));
+      for (int i = 0; i < qcap_m_; ++i) {
+        const int32_t sq = queries->seq[i], r = queries->pos[i] % qring_rows_;
+        qcap_dst_host_[static_cast<size_t>(i)] = sq * qring_rows_ + r;
+        qring_pos_[static_cast<size_t>(sq) * qring_rows_ + r] = queries->pos[i];
+      }
+      FRUGAL_CUDA(cudaMemcpyAsync(qcap_dst_, qcap_dst_host_.data(), static_cast<size_t>(qcap_m_) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream_));
+    }
     FRUGAL_CUDA(cudaMemcpyAsync(qcap_rows_, queries->rows, static_cast<size_t>(qcap_m_) * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream_));
   }
@@ -1357,7 +1448,8 @@ Status CudaBackend::step(const Batch& batch, float* logits, int32_t* greedy, con
   FRUGAL_RETURN_IF_ERROR(prepare(batch, &n_out));
   const bool graph = opts_.graphs && n <= kGraphMaxTokens;
   trace(2, "step: ", n, " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager");
-  const std::tuple<int, int, int, bool, int> key{n, n_out, attn_tokens_per_block_, row_invariant_, qcap_m_};
+  const std::tuple<int, int, int, bool, int> key{n, n_out, attn_tokens_per_block_, row_invariant_,
+                                                 qcap_ring_ ? -qcap_m_ : qcap_m_};
   auto it = graphs_.find(key);
   if (graph && it != graphs_.end() && it->second != nullptr) {
     FRUGAL_CUDA(cudaGraphLaunch(it->second, stream_));
@@ -1388,7 +1480,7 @@ Status CudaBackend::step(const Batch& batch, float* logits, int32_t* greedy, con
     FRUGAL_CUDA(cudaMemcpyAsync(logits, buf_.logits, static_cast<size_t>(n_out) * cfg_.n_vocab * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
   }
-  if (qcap_m_ > 0) {
+  if (qcap_m_ > 0 && !qcap_ring_) {
     FRUGAL_CUDA(cudaMemcpyAsync(queries->out, qcap_,
                                 static_cast<size_t>(cfg_.n_layer * qcap_m_ * cfg_.n_head * cfg_.head_dim) * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
@@ -1532,12 +1624,14 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
                 " layer requests; the device cache has ", kv_.n_seq, " sequences and ", kv_.n_layer, " layers");
   }
   const int hkv = kv_.n_head_kv, hd = kv_.head_dim;
-  if (keep_dirty_[static_cast<size_t>(seq)]) return false;  // rows not where the positions say until the next step
+  // A round queued since the last step: move the rows now, so they sit where the positions say.
+  if (keep_dirty_[static_cast<size_t>(seq)]) FRUGAL_RETURN_IF_ERROR(apply_keeps(seq));
   const auto up = [](size_t b) { return (b + 255) / 256 * 256; };
   // Per layer: where its queries, positions, sums and similarities sit in the in and out buffers.
   struct Plan {
     int32_t n = 0, n_cand = 0;
     int n_rep = 1, nq = 0;
+    bool ring = false;  // the queries are in this backend's rings (the request's queries null)
     size_t q = 0, qpos = 0, sums = 0, sim = 0;
   };
   std::vector<Plan> plan(layers.size());
@@ -1551,17 +1645,30 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
     }
     const bool attention = rq.attention && rq.nq > 0;
     if (attention) {
+      p.ring = rq.queries == nullptr;
+      if (p.ring && (qring_ == nullptr || rq.nq > qring_rows_ || rq.n_head != cfg_.n_head)) {
+        // (nq <= the rows: the newest nq positions are consecutive, so each has its own row)
+        return fail(ErrorCode::kInvalidArgument, "kv round statistics: layer ", l, " asks for ", rq.nq,
+                    " queries kept on the device, which holds ",
+                    qring_ == nullptr ? std::string("none") : std::to_string(qring_rows_) + " per sequence");
+      }
       if (rq.n_head <= 0 || rq.n_head % hkv != 0 || rq.n_head / hkv > kRoundStatsMaxRep || rq.head_dim != hd ||
           rq.ring_rows < rq.nq) {
+        if (p.ring) {
+          return fail(ErrorCode::kInvalidArgument, "kv round statistics: layer ", l, "'s request (", rq.n_head,
+                      " query heads of ", rq.head_dim, ", ring of ", rq.ring_rows, " for ", rq.nq,
+                      " queries) does not match the device cache");
+        }
         return false;
       }
       p.n_rep = rq.n_head / hkv;
       p.nq = rq.nq;
     }
     p.n_cand = std::clamp(rq.similarity_candidates, 0, p.n);
-    const size_t qf = static_cast<size_t>(p.nq) * p.n_rep * hkv * hd;
+    // Queries from the host, or, from the rings, the ring row of each (its position's).
+    const size_t qf = p.ring ? 0 : static_cast<size_t>(p.nq) * p.n_rep * hkv * hd;
     p.q = in_bytes;
-    in_bytes += up(qf * 4);
+    in_bytes += up((p.ring ? static_cast<size_t>(p.nq) : qf) * 4);
     p.qpos = in_bytes;
     in_bytes += up(static_cast<size_t>(p.nq) * 4);
     p.sums = out_bytes;
@@ -1599,10 +1706,19 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
     const RoundStatsRequest& rq = layers[l];
     const size_t row = static_cast<size_t>(p.n_rep) * hkv * hd;
     auto* q = reinterpret_cast<float*>(rs_host_ + p.q);
+    auto* qslot = reinterpret_cast<int32_t*>(rs_host_ + p.q);
     auto* qpos = reinterpret_cast<int32_t*>(rs_host_ + p.qpos);
     for (int j = 0; j < p.nq; ++j) {
-      std::memcpy(q + j * row, request_query(rq, j), row * sizeof(float));
       qpos[j] = request_pos(rq, j);
+      if (p.ring) {
+        qslot[j] = qpos[j] % qring_rows_;
+        if (qpos[j] < 0 || qring_pos_[static_cast<size_t>(seq) * qring_rows_ + qslot[j]] != qpos[j]) {
+          return fail(ErrorCode::kInvalidArgument, "kv round statistics: the query of sequence ", seq, " at position ",
+                      qpos[j], " is not in the device's ring (layer ", l, ")");
+        }
+      } else {
+        std::memcpy(q + j * row, request_query(rq, j), row * sizeof(float));
+      }
     }
   }
   if (in_bytes > 0) FRUGAL_CUDA(cudaMemcpyAsync(d_in, rs_host_, in_bytes, cudaMemcpyHostToDevice, stream_));
@@ -1617,7 +1733,13 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
     a.n_head_kv = hkv;
     a.n_rep = p.n_rep;
     a.head_dim = hd;
-    a.q = reinterpret_cast<const float*>(d_in + p.q);
+    if (p.ring) {
+      const int64_t row = static_cast<int64_t>(cfg_.n_head) * hd;
+      a.q = qring_ + ((static_cast<int64_t>(l) * kv_.n_seq + seq) * qring_rows_) * row;
+      a.qslot = reinterpret_cast<const int32_t*>(d_in + p.q);
+    } else {
+      a.q = reinterpret_cast<const float*>(d_in + p.q);
+    }
     a.qpos = reinterpret_cast<const int32_t*>(d_in + p.qpos);
     a.nq = p.nq;
     a.scale = rq.scale;

@@ -31,6 +31,10 @@ struct CudaBackendOptions {
   // After upload, drop the host's resident pages of the model file (they are re-read from the
   // file if the CPU ever needs them).
   bool release_host_weights = true;
+  // Keep the recent queries the scored eviction policies read in rings on the device, where the
+  // rounds' statistics are computed (env FRUGAL_CUDA_QUERY_RING=0 copies them to the host every
+  // step instead, as for a model whose heads the statistics kernels do not take).
+  bool query_ring = true;
 };
 
 // kNotFound (with the reason) when no usable device or driver is present.
@@ -59,7 +63,7 @@ Result<DeviceInfo> device_info(int device = 0);
 Status matmul_on_device(const WeightTensor& w, const float* x, int64_t n, float* y, bool float_activations = false,
                         bool accumulate = false);
 // The FluxBin GEMV's block shape, "WxR" (W warps of R rows sharing one block's tables: 8x2, 16x2,
-// 8x4 or 16x4), for the launches after it; FRUGAL_FLUXBIN_GEMV sets it for a whole run, 16x2
+// 8x4 or 16x4), for the launches after it; FRUGAL_FLUXBIN_GEMV sets it for a whole run, 8x4
 // by default. kInvalidArgument names any other string.
 Status set_fluxbin_gemv_shape(const std::string& shape);
 // Products of Q8_0 and Q4_K weights from this many tokens on (up to 8) run on the tensor-core kernel

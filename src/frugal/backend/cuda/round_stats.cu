@@ -2,7 +2,8 @@
 // every query head over its KV head's slots (one block per query and KV head, a warp per key, the
 // group's query heads sharing each key load), their sums per slot (a thread per slot, in the
 // reference's order: query heads outer, queries inner), and the keys' mean cosine similarity by
-// u_i . (sum of u) - u_i . u_i (one block per KV head).
+// u_i . (sum of u) - u_i . u_i (one block per KV head). And the copy of a step's captured queries
+// into the rings they are read from at the next round.
 #include "frugal/backend/cuda/common.cuh"
 #include "frugal/backend/cuda/round_stats.cuh"
 
@@ -38,7 +39,8 @@ __global__ void round_probs_kernel(RoundStatsDev a) {
   const int hd = a.head_dim, n_rep = a.n_rep;
   for (int t = static_cast<int>(threadIdx.x); t < n_rep * hd; t += blockDim.x) {
     const int r = t / hd, d = t % hd;
-    sq[t] = a.q[(static_cast<size_t>(j) * a.n_head_kv * n_rep + static_cast<size_t>(h) * n_rep + r) * hd + d];
+    const size_t qrow = a.qslot != nullptr ? static_cast<size_t>(a.qslot[j]) : static_cast<size_t>(j);
+    sq[t] = a.q[(qrow * a.n_head_kv * n_rep + static_cast<size_t>(h) * n_rep + r) * hd + d];
   }
   __syncthreads();
   const int32_t qp = a.qpos[j];
@@ -157,7 +159,31 @@ __global__ void round_similarity_kernel(RoundStatsDev a) {
   pdl_trigger();
 }
 
+// grid m, block 128: captured row i of the step (batch row rows[i]) into ring row dst[i].
+__global__ void scatter_query_rows_kernel(const float* q, const int32_t* rows, const int32_t* dst, int cols,
+                                          float* ring) {
+  pdl_wait();
+  const int i = static_cast<int>(blockIdx.x);
+  const float* from = q + static_cast<size_t>(rows[i]) * cols;
+  float* to = ring + static_cast<size_t>(dst[i]) * cols;
+  if (cols % 4 == 0) {
+    for (int c = static_cast<int>(threadIdx.x); c < cols / 4; c += blockDim.x) {
+      reinterpret_cast<float4*>(to)[c] = reinterpret_cast<const float4*>(from)[c];
+    }
+  } else {
+    for (int c = static_cast<int>(threadIdx.x); c < cols; c += blockDim.x) to[c] = from[c];
+  }
+  pdl_trigger();
+}
+
 }  // namespace
+
+void launch_scatter_query_rows(const float* q, const int32_t* rows, const int32_t* dst, int m, int cols, float* ring,
+                               cudaStream_t s) {
+  if (m <= 0 || cols <= 0) return;
+  launch_kernel("scatter_query_rows_kernel", scatter_query_rows_kernel, dim3(static_cast<unsigned>(m)), dim3(128), 0,
+                s, q, rows, dst, cols, ring);
+}
 
 void launch_round_stats(const RoundStatsDev& a, cudaStream_t s) {
   if (a.n_head_kv <= 0 || a.n_rep <= 0 || a.n_rep > kRoundStatsMaxRep) return;

@@ -17,7 +17,8 @@ struct RoundStatsDev {
   int64_t head_stride = 0;        // slots between two KV heads' first rows
   int n = 0;                      // tokens each head holds
   int n_head_kv = 0, n_rep = 0, head_dim = 0;
-  const float* q = nullptr;       // [nq][n_head_kv * n_rep][head_dim], oldest first
+  const float* q = nullptr;       // [nq][n_head_kv * n_rep][head_dim], oldest first (or, with
+  const int32_t* qslot = nullptr; // qslot, query j at row qslot[j] of q: a ring)
   const int32_t* qpos = nullptr;  // [nq]
   int nq = 0;
   float scale = 0;
@@ -34,5 +35,10 @@ constexpr int kRoundStatsMaxRep = 8;  // query heads per KV head the kernels hol
 // The softmax weights and their three sums (when a.nq > 0), then the similarities (a.n_cand > 0),
 // on stream s.
 void launch_round_stats(const RoundStatsDev& a, cudaStream_t s);
+
+// Row rows[i] of q [.][cols] to row dst[i] of ring, for i < m: a step's captured queries into
+// the rings of recent queries.
+void launch_scatter_query_rows(const float* q, const int32_t* rows, const int32_t* dst, int m, int cols, float* ring,
+                               cudaStream_t s);
 
 }  // namespace frugal::cuda
