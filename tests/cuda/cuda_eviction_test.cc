@@ -3,8 +3,9 @@
 // separately, composes two rounds before a step, refuses malformed keeps and uneven heads with a
 // named error; the engine's window and random policies decode on the GPU the tokens they decode
 // on the CPU (the same tokens kept, the same greedy choices); the queries a GPU pass copies back for
-// the scored policies are the CPU pass's, the statistics they score with are computed on the device
-// as the host computes them, and those policies decode there. Every test skips without a GPU.
+// the scored policies are the CPU pass's, the ones it keeps in rings on the device give the
+// statistics of those copies, the statistics are computed on the device as the host computes them,
+// and those policies decode there. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
