@@ -284,7 +284,8 @@ Status KvEvictor::check_queries(const KvStoreShape& ko, int layer, int seq) {
 RoundStatsRequest KvEvictor::stats_request(const KvTokenStore& kv, int layer, int seq) {
   const Ring& rg = ring(layer, seq);
   const int32_t buffer = opts_.buffer;
-  const int nq = static_cast<int>(std::min<int64_t>(rg.count, buffer));
+  // tova reads the newest query's attention only: the others are not computed.
+  const int nq = static_cast<int>(std::min<int64_t>(rg.count, needs_.newest_query_only ? 1 : buffer));
   RoundStatsRequest rq;
   rq.queries = rg.on_store || rg.q.empty() ? nullptr : rg.q.data();
   rq.query_pos = rg.pos.data();
@@ -327,8 +328,9 @@ void KvEvictor::attention_probs(const KvTokenStore& kv, const RoundStatsRequest&
 
 Status KvEvictor::round_layer(KvTokenStore& kv, int layer, int seq) {
   const KvStoreShape ko = kv.store_shape();
-  const Ring& rg = ring(layer, seq);
-  const int nq = static_cast<int>(std::min<int64_t>(rg.count, opts_.buffer));
+  // The queries this round computes (round() built the layer's request when the policy reads
+  // attention).
+  const int nq = needs_.attention ? requests_[static_cast<size_t>(layer)].nq : 0;
   const int32_t buffer = opts_.buffer;
   const int32_t n_keep = stats_.budget - buffer;
   const int32_t prompt_len = prompt_len_[static_cast<size_t>(seq)];

@@ -66,7 +66,9 @@ __global__ void round_probs_kernel(RoundStatsDev a) {
         }
       }
 #pragma unroll
-      for (int r = 0; r < kRoundStatsMaxRep; ++r) acc[r] = warp_sum(acc[r]);
+      for (int r = 0; r < kRoundStatsMaxRep; ++r) {
+        if (r < n_rep) acc[r] = warp_sum(acc[r]);  // n_rep is the same on every lane: no divergence
+      }
     }
     if (lane == 0) {
       for (int r = 0; r < n_rep; ++r) a.probs[row0 + r * rstride + i] = seen ? acc[r] * a.scale : -INFINITY;

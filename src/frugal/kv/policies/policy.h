@@ -22,6 +22,9 @@ struct KvPolicyNeeds {
   bool attention = false;    // attention the slots received from the recent queries of the head's group
   bool accumulated = false;  // attention each token received since it entered the cache (H2O)
   bool similarity = false;   // each candidate key's mean cosine similarity to the other candidates
+  // With attention: only the newest query's (attention_last) is read, so a round computes the
+  // softmax of that query alone (attention and attention_last are then the same vector).
+  bool newest_query_only = false;
 };
 
 // One head at a round. Slots [0, n_cand) are candidates; slots [n_cand, n) are the newest tokens
