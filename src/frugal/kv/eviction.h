@@ -139,6 +139,7 @@ class KvEvictor final : public AttentionObserver {
   std::vector<std::vector<HeadRoundStats>> layer_stats_;  // [layer][head] from the store
   bool on_store_ = false;                                  // this round's statistics came from the store
   std::vector<int32_t> keep_;
+  std::vector<uint32_t> sel_keys_;  // kth_largest's scratch
 };
 
 }  // namespace frugal
