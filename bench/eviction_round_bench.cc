@@ -2,14 +2,18 @@
 // sequence between two decode steps (the policy's scores, the choice of the kept slots, and the
 // store's bookkeeping), over a store that holds positions only, as the CUDA backend's host mirror
 // does (its rows move on the device). The shape is the Llama-3.1-8B one (32 layers x 8 KV heads),
-// each head at budget + buffer tokens, the moment a round fires. Policies that read positions only
-// (window, random): the scored ones add their statistics, which a device computes.
+// each head at budget + buffer tokens, the moment a round fires. The scored policies (snapkv, h2o,
+// tova, rkv) get their statistics from the store, as from a device (here: random numbers of the
+// right sizes, made before the clock starts); their column "host ms" leaves that exchange out, so
+// it is the selection and bookkeeping a device round adds on the engine thread.
 // Usage: eviction_round_bench [REPETITIONS]   (default 50; the median is printed)
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "frugal/kv/eviction.h"
@@ -41,6 +45,41 @@ class PositionStore final : public KvTokenStore {
     return ok_status();
   }
   uint64_t used_bytes(int) const override { return 0; }
+  bool enable_token_stats() override {
+    acc_.resize(pos_.size());
+    return true;
+  }
+  float* token_stats(int layer, int, int head) override {
+    std::vector<float>& a = acc_[static_cast<size_t>(layer * shape_.n_head_kv + head)];
+    a.resize(at(layer, head).size(), 0.f);
+    return a.data();
+  }
+  // What a device store hands back: vectors of the asked sizes, copied from ready-made noise.
+  Result<bool> round_stats(int, const std::vector<RoundStatsRequest>& layers,
+                           std::vector<std::vector<HeadRoundStats>>& out) override {
+    out.resize(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      out[l].resize(static_cast<size_t>(shape_.n_head_kv));
+      for (int h = 0; h < shape_.n_head_kv; ++h) {
+        const size_t n = at(static_cast<int>(l), h).size();
+        HeadRoundStats& o = out[l][static_cast<size_t>(h)];
+        const bool attn = layers[l].attention && layers[l].nq > 0;
+        o.attention.assign(noise_.begin(), noise_.begin() + static_cast<std::ptrdiff_t>(attn ? n : 0));
+        o.last.assign(noise_.begin() + 1, noise_.begin() + 1 + static_cast<std::ptrdiff_t>(attn ? n : 0));
+        o.fresh.assign(noise_.begin() + 2, noise_.begin() + 2 + static_cast<std::ptrdiff_t>(attn ? n : 0));
+        const auto nc = static_cast<std::ptrdiff_t>(std::clamp<int64_t>(layers[l].similarity_candidates, 0,
+                                                                         static_cast<int64_t>(n)));
+        o.similarity.assign(noise_.begin() + 3, noise_.begin() + 3 + nc);
+      }
+    }
+    return true;
+  }
+  void make_noise(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(0.f, 1.f);
+    noise_.resize(n + 4);
+    for (float& x : noise_) x = u(rng);
+  }
 
  private:
   const std::vector<int32_t>& at(int layer, int head) const {
@@ -48,6 +87,8 @@ class PositionStore final : public KvTokenStore {
   }
   KvStoreShape shape_;
   std::vector<std::vector<int32_t>> pos_;
+  std::vector<std::vector<float>> acc_;
+  std::vector<float> noise_;
 };
 
 }  // namespace
@@ -57,8 +98,8 @@ int main(int argc, char** argv) {
   const int n_layer = 32, n_head_kv = 8, buffer = 64;
   std::printf("ms per round, 8B shape (%d layers x %d KV heads), buffer %d, median of %d\n", n_layer, n_head_kv,
               buffer, reps);
-  std::printf("%-8s %8s %10s %12s\n", "policy", "budget", "ms/round", "us/head");
-  for (const char* policy : {"window", "random"}) {
+  std::printf("%-8s %8s %10s %10s %12s\n", "policy", "budget", "ms/round", "host ms", "us/head");
+  for (const char* policy : {"window", "random", "snapkv", "h2o", "tova", "rkv"}) {
     for (const int budget : {528, 1040, 2064}) {
       KvPolicyOptions o;
       o.policy = policy;
@@ -71,21 +112,36 @@ int main(int argc, char** argv) {
         return 1;
       }
       PositionStore store(n_layer, n_head_kv);
+      store.make_noise(static_cast<size_t>(budget + buffer), 11);
       (*ev)->begin(store, 0, 16);
-      std::vector<double> t;
+      // The queries a round reads: recorded as a device keeps them (no rows, positions only).
+      AttentionParams ap;
+      ap.n_head = 4 * n_head_kv;
+      ap.n_head_kv = n_head_kv;
+      ap.head_dim = 128;
+      ap.scale = 1.f / std::sqrt(128.f);
+      std::vector<int32_t> seqs(static_cast<size_t>(buffer), 0), qpos(static_cast<size_t>(buffer));
+      std::vector<double> t, host;
       for (int r = 0; r < reps; ++r) {
         store.fill(budget + buffer);
+        for (int i = 0; i < buffer; ++i) qpos[static_cast<size_t>(i)] = 3 * (budget + i);
+        if (AttentionObserver* obs = (*ev)->attention_observer()) {
+          for (int l = 0; l < n_layer; ++l) obs->before_attention(l, seqs.data(), qpos.data(), buffer, nullptr, ap);
+        }
+        const double stats0 = (*ev)->stats().stats_ms;
         const auto t0 = Clock::now();
         const Status s = (*ev)->round(store, 0);
         t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        host.push_back(t.back() - ((*ev)->stats().stats_ms - stats0));
         if (!s.ok()) {
           std::fprintf(stderr, "%s\n", s.message().c_str());
           return 1;
         }
       }
       std::sort(t.begin(), t.end());
-      const double ms = t[t.size() / 2];
-      std::printf("%-8s %8d %10.3f %12.2f\n", policy, budget, ms, 1e3 * ms / (n_layer * n_head_kv));
+      std::sort(host.begin(), host.end());
+      const double ms = t[t.size() / 2], hms = host[host.size() / 2];
+      std::printf("%-8s %8d %10.3f %10.3f %12.2f\n", policy, budget, ms, hms, 1e3 * hms / (n_layer * n_head_kv));
     }
   }
   return 0;

@@ -9,6 +9,10 @@
 #                nothing), then bench/kv_serving.py: 64 concurrent generations of MAX_TOKENS tokens
 #                per policy of POLICIES (default full,random,snapkv,h2o,rkv: the scored ones compute
 #                their round statistics on the device; evicting ones at a 25% budget).
+#   PHASE memory: the memory budget held under load: the same 8B file served with --kv-memory at
+#                25% of what MEM_PARALLEL (default 16) sequences of MAX_TOKENS (default 1024) need,
+#                MEM_PARALLEL requests at once (4x the work the budget holds), full and random; the
+#                server's slots, peak RSS and device memory, evictions and finish reasons.
 # Usage there: bash bench/gpu_eviction.sh PHASE [SECONDS]. Everything lands in $OUT/gpu-eviction.tgz
 # and the log $OUT/gpu-eviction.log.
 set -u
@@ -96,5 +100,18 @@ if [ "$PHASE" = bench ]; then
       --policies "$pol" --json "$WORK/serving-$pol.json" --server-log "$WORK/serve" --max-wall $((cap - 30))
     cat "$WORK/serving-$pol.out"
   done
+fi
+if [ "$PHASE" = memory ]; then
+  M=${TMPDIR:-/tmp}/llama8b-F16.gguf
+  [ -s "$M" ] && say "reusing $M" || step synth "$F" synth --preset llama3.1-8b --type F16 -t 12 -o "$M"
+  MAXT=${MAX_TOKENS:-1024}
+  P=${MEM_PARALLEL:-16}
+  # The context is the trace kv_serving.py sizes the budget by (32 prompt tokens + MAX_TOKENS), so
+  # the budget holds a quarter of the slots asked for, each at the full context.
+  step memory-load timeout $(($(left) - 20)) env FRUGAL_CUDA_PDL=1 python3 "$ROOT/bench/kv_serving.py" --frugal "$F" \
+    -m "$M" --device cuda --parallel "$P" --requests "$P" --max-tokens "$MAXT" --ctx $((MAXT + 32)) --budget 0.25 \
+    --memory-fraction 0.25 --policies "${MEM_POLICIES:-full,random}" --json "$WORK/memory-load.json" \
+    --server-log "$WORK/memory-serve"
+  cat "$WORK/memory-load.out"
 fi
 say "done"

@@ -25,6 +25,10 @@ vllm:generation_tokens_total) over S: a lower bound on its throughput instead of
 On the GPU (--device cuda) the cache is the device's own, one slot of --ctx tokens per parallel
 sequence: pass --memory-fraction 0 (no --kv-memory) to compare policies by the rows each step
 reads rather than by a pool they share; the peak KV rows each request held come from its record.
+With --kv-memory there the server runs as many full-context slots as the budget holds and queues
+the rest. Every configuration reports the server's peak resident memory and, on the GPU, the
+peak device memory nvidia-smi gives its process (sampled every --sample-period seconds), beside
+the KV bytes it reserved and the model file's size.
 """
 import argparse
 import http.client
@@ -68,12 +72,14 @@ def open_with_retries(req, timeout, retries):
 
 def post_stream(url, body, timeout):
     """Streams one completion; returns (first-token time, end time, completion tokens, retries, text,
-    the most K/V bytes the request held at once: its record's kv_peak_bytes, in the usage chunk)."""
+    the most K/V bytes the request held at once: its record's kv_peak_bytes, in the usage chunk,
+    the finish reason)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     t0 = time.monotonic()
     first = None
     tokens = 0
     peak = None
+    finish = None
     text = []
     resp, retries = open_with_retries(req, timeout, 5)
     with resp as r:
@@ -89,12 +95,14 @@ def post_stream(url, body, timeout):
                 text.append(ev["choices"][0]["text"])
                 if first is None:
                     first = time.monotonic()
+            if ev.get("choices") and ev["choices"][0].get("finish_reason"):
+                finish = ev["choices"][0]["finish_reason"]
             if ev.get("usage"):
                 tokens = ev["usage"].get("completion_tokens", tokens)
             if ev.get("timings"):
                 peak = ev["timings"].get("kv_peak_bytes", peak)
     end = time.monotonic()
-    return (first or end) - t0, end - t0, tokens, retries, "".join(text), peak
+    return (first or end) - t0, end - t0, tokens, retries, "".join(text), peak, finish
 
 
 def final_answer(completion):
@@ -119,6 +127,60 @@ def load_tasks(args):
 def metric(text, name):
     m = re.search(r"^" + re.escape(name) + r"\{[^}]*\} ([0-9.e+-]+)$", text, re.M)
     return float(m.group(1)) if m else None
+
+
+class MemorySampler:
+    """Peak resident memory of a process (/proc) and, with gpu=True, its device memory
+    (nvidia-smi's per-process figure), polled on a thread until stop()."""
+
+    def __init__(self, pid, gpu, period):
+        self.pid, self.gpu, self.period = pid, gpu, period
+        self.peak_rss = 0
+        self.peak_gpu = None
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _rss(self):
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def _gpu(self):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        for line in out.splitlines():
+            parts = [x.strip() for x in line.split(",")]
+            if len(parts) == 2 and parts[0] == str(self.pid) and parts[1].isdigit():
+                return int(parts[1]) * 2**20  # MiB
+        return None
+
+    def sample(self):
+        self.peak_rss = max(self.peak_rss, self._rss())
+        if self.gpu:
+            g = self._gpu()
+            if g is not None:
+                self.peak_gpu = max(self.peak_gpu or 0, g)
+        self.samples += 1
+
+    def _run(self):
+        while not self._stop.wait(self.period):
+            self.sample()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        return {"peak_rss_bytes": self.peak_rss, "peak_gpu_bytes": self.peak_gpu, "memory_samples": self.samples}
 
 
 def run_config(args, policy, memory, port):
@@ -148,6 +210,8 @@ def run_config(args, policy, memory, port):
                 time.sleep(0.1)
         # The name the server gives the model (its file's stem).
         model_id = json.loads(urllib.request.urlopen(base + "/v1/models", timeout=10).read())["data"][0]["id"]
+        idle = MemorySampler(srv.pid, args.device == "cuda", args.sample_period).stop()  # loaded, no request yet
+        sampler = MemorySampler(srv.pid, args.device == "cuda", args.sample_period)
         n_requests = len(args.examples) if args.examples else args.requests
         results = [None] * n_requests
         errors = []
@@ -176,13 +240,19 @@ def run_config(args, policy, memory, port):
         for t in threads:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         wall = time.monotonic() - t0
+        mem = sampler.stop()
+        mem["idle_gpu_bytes"] = idle["peak_gpu_bytes"]
+        mem["idle_rss_bytes"] = idle["peak_rss_bytes"]
         metrics = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+        mem["kv_reserved_bytes"] = metric(metrics, "frugal:kv_cache_reserved_bytes")
+        mem["slots"] = metric(metrics, "frugal:num_sequence_slots")
+        mem["model_file_bytes"] = os.path.getsize(args.model)
         if any(t.is_alive() for t in threads):
             generated = metric(metrics, "vllm:generation_tokens_total") or 0
             return {"policy": policy, "partial": True, "requests": sum(1 for r in results if r),
                     "generated_tokens": generated, "wall_s": wall, "tok_per_s": generated / wall,
                     "eviction_rounds": metric(metrics, "frugal:kv_eviction_rounds_total"),
-                    "eviction_s": metric(metrics, "frugal:kv_eviction_seconds_total")}
+                    "eviction_s": metric(metrics, "frugal:kv_eviction_seconds_total"), **mem}
     finally:
         srv.terminate()
         srv.wait(timeout=30)
@@ -197,6 +267,9 @@ def run_config(args, policy, memory, port):
         lo, hi = wilson(correct, len(args.examples))
         accuracy = {"correct": correct, "n": len(args.examples), "rate": correct / len(args.examples), "ci95": [lo, hi]}
     lat = sorted(r[1] for r in done)
+    finish_reasons = {}
+    for r in done:
+        finish_reasons[r[6]] = finish_reasons.get(r[6], 0) + 1
     ttft = [r[0] for r in done]
     tokens = sum(r[2] for r in done)
     return {
@@ -217,11 +290,14 @@ def run_config(args, policy, memory, port):
         # the finished requests: rounds run between steps, so this time adds to the steps'.
         "eviction_rounds": metric(metrics, "frugal:kv_eviction_rounds_total"),
         "eviction_s": metric(metrics, "frugal:kv_eviction_seconds_total"),
+        "eviction_stats_s": metric(metrics, "frugal:kv_eviction_stats_seconds_total"),
         "engine_steps": metric(metrics, "frugal:engine_steps_total"),
         # K/V bytes each request held at most (its record), and their sum: what the sequences
         # needed at their peaks, whatever the device reserved for their slots.
         "kv_peak_bytes_mean": statistics.mean(r[5] for r in done) if all(r[5] is not None for r in done) else None,
         "kv_peak_bytes_sum": sum(r[5] for r in done) if all(r[5] is not None for r in done) else None,
+        "finish_reasons": finish_reasons,
+        **mem,
     }
 
 
@@ -257,6 +333,7 @@ def main():
     ap.add_argument("--tasks", default="", help="testbed families whose test examples are the requests")
     ap.add_argument("--task-n", type=int, default=40)
     ap.add_argument("--task-length", type=int, default=256)
+    ap.add_argument("--sample-period", type=float, default=0.25, help="seconds between memory samples")
     ap.add_argument("--prompt-text", default="Once upon a time there was a little red fox who lived in the woods")
     args = ap.parse_args()
     args.examples = load_tasks(args) if args.tasks else []
@@ -292,7 +369,13 @@ def main():
               f"p95 {r['p95_latency_s']:6.1f} s  TTFT {r['mean_ttft_s']:6.2f} s  TPOT {r['tpot_ms']:6.1f} ms  "
               f"preemptions {r['preemptions'] or 0:.0f}  connection retries {r['connection_retries']}"
               + (f"  peak KV/request {r['kv_peak_bytes_mean'] / 2**20:.1f} MiB" if r["kv_peak_bytes_mean"] else "")
-              + (f"  rounds {r['eviction_rounds']:.0f} ({r['eviction_s']:.1f} s)" if r["eviction_rounds"] else "")
+              + (f"  rounds {r['eviction_rounds']:.0f} ({r['eviction_s']:.1f} s, statistics {r['eviction_stats_s'] or 0:.1f} s)"
+                 if r["eviction_rounds"] else "")
+              + f"  slots {r['slots'] or 0:.0f}  KV reserved {(r['kv_reserved_bytes'] or 0) / 2**20:.0f} MiB"
+              + f"  peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB"
+              + (f"  GPU idle {r['idle_gpu_bytes'] / 2**20:.0f} MiB peak {r['peak_gpu_bytes'] / 2**20:.0f} MiB"
+                 if r["peak_gpu_bytes"] else "")
+              + f"  finished {r['finish_reasons']}"
               + (f"  accuracy {r['accuracy']['rate']:.3f} [{r['accuracy']['ci95'][0]:.3f}, {r['accuracy']['ci95'][1]:.3f}]"
                  f" n={r['accuracy']['n']}" if r["accuracy"] else ""), flush=True)
     if args.json:

@@ -309,6 +309,89 @@ TEST(CudaEviction, QuantizedCacheIsRefusedEveryPolicyAccepted) {
   EXPECT_EQ(Engine::create(**model, **tok, **gpu, o).status().code(), ErrorCode::kNotSupported);
 }
 
+// A server's memory budget on the GPU sets how many sequences run at once, each with the whole
+// context (the device reserves a slot's context up front): a budget of three and a half slots at
+// parallel 8 gives three slots of 256 tokens; eight requests of 200 tokens all finish at their
+// length, at most three running at a time, the others waiting (two of them evicting). A budget
+// below one slot shrinks the context over the slots asked for instead.
+TEST(CudaEviction, KvMemorySetsTheSlotsAtTheFullContext) {
+  SKIP_WITHOUT_GPU();
+  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
+  auto model = Model::load(default_model());
+  ASSERT_TRUE(model.ok());
+  auto tok = Tokenizer::from_gguf((*model)->gguf());
+  ASSERT_TRUE(tok.ok());
+  auto gpu = make_cuda_backend();
+  ASSERT_TRUE(gpu.ok());
+  EngineOptions o;
+  o.n_parallel = 8;
+  o.n_ctx = 256;
+  o.max_waiting = 100;
+  o.telemetry_period_s = 0;
+  const uint64_t one = kv_reserved_bytes((*model)->kv_options(1, 256, o.kv_dtype));
+  o.kv_memory = kv_reserved_bytes((*model)->kv_options(3, 256, o.kv_dtype)) + one / 2;
+  {
+    auto e = Engine::create(**model, **tok, **gpu, o);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    const EngineStats st = (*e)->stats();
+    EXPECT_EQ(st.n_slots, 3);
+    EXPECT_EQ(st.slot_capacity, 256);
+    EXPECT_LE(st.kv_bytes, o.kv_memory);
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (int i = 0; i < 8; ++i) {
+      RequestOptions r;
+      r.prompt = {1, static_cast<TokenId>(5 + i), 9};
+      r.max_tokens = 200;
+      r.ignore_eos = true;
+      r.sampling.temperature = 0;
+      if (i % 4 == 1) {
+        KvPolicyOptions kv;
+        kv.policy = "random";
+        kv.budget = 64;
+        kv.buffer = 16;
+        r.kv = kv;
+      }
+      auto h = (*e)->submit(r);
+      ASSERT_TRUE(h.ok()) << h.status().message();
+      hs.push_back(*h);
+    }
+    int most_running = 0, most_waiting = 0;
+    int64_t rounds = 0;
+    for (auto& h : hs) {
+      RequestUpdate u;
+      int64_t n = 0;
+      bool done = false;
+      for (int i = 0; i < 12000 && !done; ++i) {
+        const EngineStats now = (*e)->stats();
+        most_running = std::max(most_running, now.running);
+        most_waiting = std::max(most_waiting, now.waiting);
+        if (!h->wait(u, 10ms)) continue;
+        n += static_cast<int64_t>(u.tokens.size());
+        if (u.done) {
+          done = true;
+          EXPECT_EQ(u.finished.reason, FinishReason::kLength) << "request " << h->id();
+          rounds += u.finished.kv.rounds;
+        }
+      }
+      EXPECT_TRUE(done) << "request " << h->id() << " did not finish";
+      EXPECT_EQ(n, 200) << "request " << h->id();
+    }
+    EXPECT_LE(most_running, 3);
+    EXPECT_GT(most_waiting, 0);
+    EXPECT_GT(rounds, 0);
+    std::printf("kv-memory of 3.5 slots at parallel 8: %d slots of %d tokens, at most %d running and %d waiting, "
+                "%lld eviction rounds\n",
+                st.n_slots, st.slot_capacity, most_running, most_waiting, static_cast<long long>(rounds));
+  }
+  o.kv_memory = one * 9 / 10;
+  auto small = Engine::create(**model, **tok, **gpu, o);
+  ASSERT_TRUE(small.ok()) << small.status().message();
+  EXPECT_EQ((*small)->stats().n_slots, 8);
+  EXPECT_LT((*small)->stats().slot_capacity, 256);
+  EXPECT_GE((*small)->stats().slot_capacity, 16);
+  EXPECT_LE((*small)->stats().kv_bytes, o.kv_memory);
+}
+
 // Records what the model hands an attention observer.
 class Recorder final : public AttentionObserver {
  public:
@@ -328,6 +411,7 @@ class Recorder final : public AttentionObserver {
   }
   void after_attention(KvCache&, int, const int32_t*, int64_t) override { ++after; }
   int32_t recent_queries() const override { return recent_; }
+  void set_recent(int32_t recent) { recent_ = recent; }
   std::vector<Call> calls;
   AttentionParams params;
   int after = 0;
@@ -404,45 +488,14 @@ TEST(CudaEviction, ObserverGetsTheQueriesOfTheCpuPass) {
   }
 }
 
-// The queries kept on the device (QueryCapture::ring_rows, the default) are the ones a pass copies
-// to the host: the observer gets the same sequences and positions and no query rows, and the
-// store's statistics from its rings (requests without queries) equal, bit for bit, those from the
-// host copies of a second backend that ran the same passes. Positions the ring no longer holds,
-// or more queries than it keeps, are refused with a message.
-TEST(CudaEviction, QueriesKeptOnTheDeviceGiveTheStatisticsOfHostCopies) {
-  SKIP_WITHOUT_GPU();
-  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
-  auto model = Model::load(default_model());
-  ASSERT_TRUE(model.ok());
-  Model& m = **model;
-  CudaBackendOptions host_opts;
-  host_opts.query_ring = false;
-  auto ring_gpu = make_cuda_backend();
-  auto host_gpu = make_cuda_backend(host_opts);
-  ASSERT_TRUE(ring_gpu.ok() && host_gpu.ok()) << ring_gpu.status().to_string();
+// The statistics from the device's ring of `ring` rows per sequence against those from the host
+// copies a second backend recorded over the same passes, for the newest nq queries of each
+// sequence (QueriesKeptOnTheDeviceGiveTheStatisticsOfHostCopies).
+void check_ring_against_host_copies(const Model& m, KvTokenStore& ring_store, KvTokenStore& host_store,
+                                    const Recorder& rr, const Recorder& rh, int ring, std::initializer_list<int> nqs) {
   const int n_head = static_cast<int>(m.config().n_head), hd = static_cast<int>(m.config().head_dim);
-  ASSERT_TRUE((*ring_gpu)->keeps_queries(n_head, static_cast<int>(m.config().n_head_kv), 8));
-  ASSERT_FALSE((*host_gpu)->keeps_queries(n_head, static_cast<int>(m.config().n_head_kv), 8));
-  auto kv_r = KvCache::create(m.kv_options(2, 128));
-  auto kv_h = KvCache::create(m.kv_options(2, 128));
-  ASSERT_TRUE(kv_r.ok() && kv_h.ok());
-  auto st_r = (*ring_gpu)->device_kv(m, kv_r->options());
-  auto st_h = (*host_gpu)->device_kv(m, kv_h->options());
-  ASSERT_TRUE(st_r.ok() && st_h.ok());
-  const int64_t nv = m.config().n_vocab;
-  const int ring = 8;
-  Recorder rr(ring), rh(ring);  // every step's calls, appended
-  // Step 0: prefills of 20 and 5 tokens; then 6 single-token steps of both (the ring of 8 wraps).
-  for (int step = 0; step < 7; ++step) {
-    Batch b;
-    const int n0 = step == 0 ? 20 : 1, n1 = step == 0 ? 5 : 1;
-    const int p0 = step == 0 ? 0 : 19 + step, p1 = step == 0 ? 0 : 4 + step;
-    for (int i = 0; i < n0; ++i) b.add(static_cast<TokenId>((7 * i + 3 * step + 3) % nv), p0 + i, 0, i + 1 == n0);
-    for (int i = 0; i < n1; ++i) b.add(static_cast<TokenId>((11 * i + 5 * step + 5) % nv), p1 + i, 1, i + 1 == n1);
-    std::vector<float> lr(static_cast<size_t>(2 * nv)), lh(lr.size());
-    ASSERT_TRUE(m.forward(b, *kv_r, **ring_gpu, lr.data(), &rr).ok());
-    ASSERT_TRUE(m.forward(b, *kv_h, **host_gpu, lh.data(), &rh).ok());
-  }
+  auto* st_r = &ring_store;
+  auto* st_h = &host_store;
   ASSERT_EQ(rr.calls.size(), rh.calls.size());
   EXPECT_EQ(rr.null_q, static_cast<int>(rr.calls.size()));
   EXPECT_EQ(rh.null_q, 0);
@@ -454,7 +507,7 @@ TEST(CudaEviction, QueriesKeptOnTheDeviceGiveTheStatisticsOfHostCopies) {
   // The newest nq queries of each (layer, sequence), as an evictor's ring holds them.
   const int n_layer = static_cast<int>(m.config().n_layer);
   const size_t row = static_cast<size_t>(n_head) * hd;
-  for (const int nq : {8, 5}) {
+  for (const int nq : nqs) {
     for (int s = 0; s < 2; ++s) {
       std::vector<std::vector<float>> q(static_cast<size_t>(n_layer));
       std::vector<std::vector<int32_t>> qpos(static_cast<size_t>(n_layer));
@@ -488,8 +541,8 @@ TEST(CudaEviction, QueriesKeptOnTheDeviceGiveTheStatisticsOfHostCopies) {
       ring_reqs = host_reqs;
       for (RoundStatsRequest& rq : ring_reqs) rq.queries = nullptr;
       std::vector<std::vector<HeadRoundStats>> from_ring, from_host;
-      auto a = (*st_r)->round_stats(s, ring_reqs, from_ring);
-      auto b = (*st_h)->round_stats(s, host_reqs, from_host);
+      auto a = st_r->round_stats(s, ring_reqs, from_ring);
+      auto b = st_h->round_stats(s, host_reqs, from_host);
       ASSERT_TRUE(a.ok()) << a.status().message();
       ASSERT_TRUE(b.ok()) << b.status().message();
       ASSERT_TRUE(*a && *b);
@@ -503,24 +556,74 @@ TEST(CudaEviction, QueriesKeptOnTheDeviceGiveTheStatisticsOfHostCopies) {
           ASSERT_FALSE(x.attention.empty());
         }
       }
-      // The oldest position recorded is no longer in the ring of 8: refused, naming it.
+      // The oldest position recorded is no longer in the ring: refused, naming it.
       std::vector<RoundStatsRequest> stale = ring_reqs;
       stale[0].first = 0;
-      stale[0].nq = std::min(static_cast<int>(qpos[0].size()), 8);
-      if (qpos[0].size() > 8) {
-        auto r = (*st_r)->round_stats(s, stale, from_ring);
+      stale[0].nq = std::min(static_cast<int>(qpos[0].size()), ring);
+      if (static_cast<int>(qpos[0].size()) > ring) {
+        auto r = st_r->round_stats(s, stale, from_ring);
         ASSERT_FALSE(r.ok());
         EXPECT_NE(r.status().message().find("not in the device's ring"), std::string::npos) << r.status().message();
       }
       std::vector<RoundStatsRequest> too_many = ring_reqs;
-      too_many[1].nq = 9;
-      too_many[1].ring_rows = std::max(too_many[1].ring_rows, 9);
+      too_many[1].nq = ring + 1;
+      too_many[1].ring_rows = std::max(too_many[1].ring_rows, ring + 1);
       too_many[1].first = 0;
-      if (qpos[1].size() >= 9) {
-        EXPECT_FALSE((*st_r)->round_stats(s, too_many, from_ring).ok());
+      if (static_cast<int>(qpos[1].size()) >= ring + 1) {
+        EXPECT_FALSE(st_r->round_stats(s, too_many, from_ring).ok());
       }
     }
-  }
+  }}
+
+// The queries kept on the device (QueryCapture::ring_rows, the default) are the ones a pass copies
+// to the host: the observer gets the same sequences and positions and no query rows, and the
+// store's statistics from its rings (requests without queries) equal, bit for bit, those from the
+// host copies of a second backend that ran the same passes, before and after the ring grows (an
+// observer asking for more rows: the held queries are laid out again). Positions the ring no
+// longer holds, or more queries than it keeps, are refused with a message.
+TEST(CudaEviction, QueriesKeptOnTheDeviceGiveTheStatisticsOfHostCopies) {
+  SKIP_WITHOUT_GPU();
+  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
+  auto model = Model::load(default_model());
+  ASSERT_TRUE(model.ok());
+  Model& m = **model;
+  CudaBackendOptions host_opts;
+  host_opts.query_ring = false;
+  auto ring_gpu = make_cuda_backend();
+  auto host_gpu = make_cuda_backend(host_opts);
+  ASSERT_TRUE(ring_gpu.ok() && host_gpu.ok()) << ring_gpu.status().to_string();
+  const int n_head = static_cast<int>(m.config().n_head);
+  ASSERT_TRUE((*ring_gpu)->keeps_queries(n_head, static_cast<int>(m.config().n_head_kv), 8));
+  ASSERT_FALSE((*host_gpu)->keeps_queries(n_head, static_cast<int>(m.config().n_head_kv), 8));
+  auto kv_r = KvCache::create(m.kv_options(2, 128));
+  auto kv_h = KvCache::create(m.kv_options(2, 128));
+  ASSERT_TRUE(kv_r.ok() && kv_h.ok());
+  auto st_r = (*ring_gpu)->device_kv(m, kv_r->options());
+  auto st_h = (*host_gpu)->device_kv(m, kv_h->options());
+  ASSERT_TRUE(st_r.ok() && st_h.ok());
+  const int64_t nv = m.config().n_vocab;
+  Recorder rr(8), rh(8);  // every step's calls, appended
+  // Steps [from, to): step 0 prefills 20 and 5 tokens, later ones one token of each sequence.
+  const auto run_steps = [&](int from, int to) {
+    for (int step = from; step < to; ++step) {
+      Batch b;
+      const int n0 = step == 0 ? 20 : 1, n1 = step == 0 ? 5 : 1;
+      const int p0 = step == 0 ? 0 : 19 + step, p1 = step == 0 ? 0 : 4 + step;
+      for (int i = 0; i < n0; ++i) b.add(static_cast<TokenId>((7 * i + 3 * step + 3) % nv), p0 + i, 0, i + 1 == n0);
+      for (int i = 0; i < n1; ++i) b.add(static_cast<TokenId>((11 * i + 5 * step + 5) % nv), p1 + i, 1, i + 1 == n1);
+      std::vector<float> lr(static_cast<size_t>(2 * nv)), lh(lr.size());
+      ASSERT_TRUE(m.forward(b, *kv_r, **ring_gpu, lr.data(), &rr).ok());
+      ASSERT_TRUE(m.forward(b, *kv_h, **host_gpu, lh.data(), &rh).ok());
+    }
+  };
+  // A ring of 8 rows that wraps (7 steps); then the observer asks for 12, so the ring grows and
+  // takes the 8 queries it held along, and 3 more steps: 11 positions of each sequence held.
+  ASSERT_NO_FATAL_FAILURE(run_steps(0, 7));
+  ASSERT_NO_FATAL_FAILURE(check_ring_against_host_copies(m, **st_r, **st_h, rr, rh, 8, {8, 5}));
+  rr.set_recent(12);
+  rh.set_recent(12);
+  ASSERT_NO_FATAL_FAILURE(run_steps(7, 10));
+  ASSERT_NO_FATAL_FAILURE(check_ring_against_host_copies(m, **st_r, **st_h, rr, rh, 12, {11, 8, 5}));
 }
 
 // The statistics a scored round reads, computed on the device rows (KvTokenStore::round_stats),

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "frugal/core/half.h"
 #include "frugal/core/status.h"
 #include "frugal/format/gguf.h"
 #include "frugal/quant/fluxbin.h"
@@ -54,6 +55,13 @@ struct RefConfig {
 
 struct RefForwardOptions {
   int64_t sliding_window = -1;  // -1: the file's; 0: none; > 0: this window
+  // Roundings of an implementation, to tell which of them explains a difference between two
+  // engines (all off: the exact forward). kv_f16: keys and values as an F16 cache stores them.
+  // attention_operands_f16: also each query before q.k and each softmax weight before the
+  // weighted sum of values, as a matrix product with an F16 operand converts the other operand
+  // to F16 (ggml's CPU mul_mat does this when the cache is F16 and attention is not fused).
+  bool kv_f16 = false;
+  bool attention_operands_f16 = false;
 };
 
 // A dense matrix of `rows` outputs by `cols` inputs: a GGUF weight with dims [cols, rows].
@@ -95,7 +103,8 @@ class ReferenceModel {
   Result<std::vector<double>> vector(const std::string& name, int64_t n, bool required) const;
   void rope(double* x, int64_t pos) const;
   void attention(const std::vector<std::vector<double>>& q, const std::vector<std::vector<double>>& k,
-                 const std::vector<std::vector<double>>& v, int64_t window, std::vector<std::vector<double>>& out) const;
+                 const std::vector<std::vector<double>>& v, int64_t window, bool operands_f16,
+                 std::vector<std::vector<double>>& out) const;
 
   std::unique_ptr<GgufFile> file_;
   RefConfig cfg_;
@@ -110,6 +119,9 @@ class ReferenceModel {
 // Implementation.
 
 namespace detail {
+
+// x as the nearest binary16 (via float, as an engine computing in float converts it).
+inline double round_f16(double x) { return fp16_to_f32(f32_to_fp16(static_cast<float>(x))); }
 
 inline std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<double>& w, double eps) {
   double ss = 0;
@@ -312,7 +324,8 @@ inline void ReferenceModel::rope(double* x, int64_t pos) const {
 inline void ReferenceModel::attention(const std::vector<std::vector<double>>& q,
                                       const std::vector<std::vector<double>>& k,
                                       const std::vector<std::vector<double>>& v, int64_t window,
-                                      std::vector<std::vector<double>>& out) const {
+                                      bool operands_f16, std::vector<std::vector<double>>& out) const {
+  const auto op = [operands_f16](double x) { return operands_f16 ? detail::round_f16(x) : x; };
   const int64_t T = static_cast<int64_t>(q.size());
   const int64_t hd = cfg_.head_dim;
   const int64_t group = cfg_.n_head / cfg_.n_head_kv;
@@ -323,20 +336,21 @@ inline void ReferenceModel::attention(const std::vector<std::vector<double>>& q,
     const int64_t j0 = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
     for (int64_t h = 0; h < cfg_.n_head; ++h) {
       const int64_t kvh = h / group;
-      const double* qh = q[static_cast<size_t>(i)].data() + h * hd;
+      std::vector<double> qh(static_cast<size_t>(hd));
+      for (int64_t e = 0; e < hd; ++e) qh[static_cast<size_t>(e)] = op(q[static_cast<size_t>(i)][static_cast<size_t>(h * hd + e)]);
       std::vector<double> s;
       double mx = -INFINITY;
       for (int64_t j = j0; j <= i; ++j) {
         const double* kh = k[static_cast<size_t>(j)].data() + kvh * hd;
         double d = 0;
-        for (int64_t e = 0; e < hd; ++e) d += qh[e] * kh[e];
+        for (int64_t e = 0; e < hd; ++e) d += qh[static_cast<size_t>(e)] * kh[e];
         s.push_back(d * scale);
         mx = std::max(mx, s.back());
       }
       double sum = 0;
       for (double& e : s) sum += (e = std::exp(e - mx));
       for (int64_t j = j0; j <= i; ++j) {
-        const double p = s[static_cast<size_t>(j - j0)] / sum;
+        const double p = op(s[static_cast<size_t>(j - j0)] / sum);
         const double* vh = v[static_cast<size_t>(j)].data() + kvh * hd;
         for (int64_t e = 0; e < hd; ++e) o[static_cast<size_t>(h * hd + e)] += p * vh[e];
       }
@@ -377,8 +391,12 @@ inline Result<std::vector<std::vector<double>>> ReferenceModel::forward(const st
       };
       per_head(q[t], c.n_head, l.q_norm);
       per_head(k[t], c.n_head_kv, l.k_norm);
+      if (options.kv_f16) {
+        for (double& e : k[t]) e = detail::round_f16(e);
+        for (double& e : v[t]) e = detail::round_f16(e);
+      }
     }
-    attention(q, k, v, window, attn);
+    attention(q, k, v, window, options.attention_operands_f16, attn);
     for (size_t t = 0; t < T; ++t) {
       const std::vector<double> o = detail::matvec(l.wo, attn[t], l.bo);
       for (int64_t e = 0; e < c.n_embd; ++e) x[t][static_cast<size_t>(e)] += o[static_cast<size_t>(e)];

@@ -411,11 +411,13 @@ TEST_F(CodecTest, MetricsCountEvictionRoundsAndKvPolicies) {
   ev.kv_quant = KvQuant::kInt8;
   ev.kv.rounds = 3;
   ev.kv.round_ms = 1500;
+  ev.kv.stats_ms = 250;
   m.observe(ev);
   m.observe(finished(FinishReason::kError, 4, 0));  // refused: never ran, counts nowhere here
   const std::string text = m.render(EngineStats{});
   for (const char* needle :
        {"frugal:kv_eviction_rounds_total{model_name=\"tiny\"} 3", "frugal:kv_eviction_seconds_total{model_name=\"tiny\"} 1.5",
+        "frugal:kv_eviction_stats_seconds_total{model_name=\"tiny\"} 0.25",
         "frugal:kv_policy_requests_total{model_name=\"tiny\",policy=\"full\",quant=\"none\"} 1",
         "frugal:kv_policy_requests_total{model_name=\"tiny\",policy=\"random\",quant=\"int8\"} 1"}) {
     EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;

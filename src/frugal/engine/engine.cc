@@ -97,7 +97,8 @@ class SlotObservers final : public AttentionObserver {
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& tok, Backend& backend,
-                                               const EngineOptions& opts) {
+                                               const EngineOptions& asked) {
+  EngineOptions opts = asked;  // a device cache's memory budget may lower n_parallel (below)
   const ModelConfig& cfg = model.config();
   if (opts.n_parallel < 1 || opts.n_parallel > 256) {
     return error(ErrorCode::kInvalidArgument, "engine: parallel = {} must be in [1, 256]", opts.n_parallel);
@@ -141,14 +142,26 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const Tokenizer& to
     // A sequence alone can use the whole pool, never more.
     capacity = std::min<int64_t>(capacity, n_pages / heads * ko.page_tokens);
   } else if (opts.kv_memory > 0) {
-    // A device-resident cache is reserved per slot: the slots shrink to fit.
-    Result<int32_t> fit =
-        kv_tokens_for_memory(model.kv_options(opts.n_parallel, 0, opts.kv_dtype), opts.kv_memory, kMinSlotCapacity);
-    if (!fit.ok()) {
-      return error(ErrorCode::kOverBudget, "engine: {} at parallel {}: raise --kv-memory or lower --parallel",
-                   fit.status().message(), opts.n_parallel);
+    // A device-resident cache reserves each slot's whole context, so the budget decides how many
+    // sequences run at once, not how long they may grow (vLLM's rule): as many slots of the full
+    // context as fit, at most --parallel; the other requests wait in the queue. Only when not one
+    // slot fits does the context shrink, over the slots asked for.
+    int slots = opts.n_parallel;
+    while (slots > 0 &&
+           kv_reserved_bytes(model.kv_options(slots, static_cast<int>(capacity), opts.kv_dtype)) > opts.kv_memory) {
+      --slots;
     }
-    capacity = std::min<int64_t>(capacity, *fit);
+    if (slots > 0) {
+      opts.n_parallel = slots;
+    } else {
+      Result<int32_t> fit = kv_tokens_for_memory(model.kv_options(opts.n_parallel, 0, opts.kv_dtype), opts.kv_memory,
+                                                 kMinSlotCapacity);
+      if (!fit.ok()) {
+        return error(ErrorCode::kOverBudget, "engine: {} at parallel {}: raise --kv-memory or lower --parallel",
+                     fit.status().message(), opts.n_parallel);
+      }
+      capacity = std::min<int64_t>(capacity, *fit);
+    }
   }
   KvCacheOptions ko = model.kv_options(opts.n_parallel, static_cast<int>(capacity), opts.kv_dtype);
   ko.n_pages = n_pages;

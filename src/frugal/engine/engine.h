@@ -31,8 +31,10 @@ namespace frugal {
 struct EngineOptions {
   int n_parallel = 4;             // sequence slots (sequences decoded together)
   int32_t n_ctx = 0;              // context per sequence; 0: min(training context, 4096)
-  uint64_t kv_memory = 0;         // KV bytes to reserve; 0: n_parallel x n_ctx rows. When smaller,
-                                  // the context per sequence shrinks to fit (never the reverse).
+  uint64_t kv_memory = 0;         // KV bytes to reserve; 0: n_parallel x n_ctx rows. The cpu backend's
+                                  // page pool is this size; a device cache runs as many full-context
+                                  // slots as fit (at most n_parallel), shrinking the context only
+                                  // when not one fits.
   DType kv_dtype = DType::kF16;
   int32_t max_step_tokens = 512;  // tokens per forward step (decodes + prefill chunks)
   int32_t max_waiting = 64;       // requests allowed to wait for a slot

@@ -88,6 +88,7 @@ void Metrics::observe(const FinishedRequest& f) {
   if (f.reason == FinishReason::kError) return;  // never ran: no latencies to record
   kv_rounds_ += static_cast<uint64_t>(f.kv.rounds);
   kv_round_s_ += f.kv.round_ms / 1e3;
+  kv_stats_s_ += f.kv.stats_ms / 1e3;
   ++kv_policies_[f.kv_policy + "/" + kv_quant_name(f.kv_quant)];
   spec_passes_ += static_cast<uint64_t>(f.speculative.passes);
   spec_drafted_ += static_cast<uint64_t>(f.speculative.drafted);
@@ -231,6 +232,11 @@ std::string Metrics::render(const EngineStats& s) const {
   out += fmt::format("# HELP frugal:kv_eviction_seconds_total Time spent in those rounds.\n"
                      "# TYPE frugal:kv_eviction_seconds_total counter\nfrugal:kv_eviction_seconds_total{{{}}} {}\n",
                      l, kv_round_s_);
+  out += fmt::format("# HELP frugal:kv_eviction_stats_seconds_total Of that time, the scored policies' attention "
+                     "statistics (on the device when the rows are there).\n"
+                     "# TYPE frugal:kv_eviction_stats_seconds_total counter\n"
+                     "frugal:kv_eviction_stats_seconds_total{{{}}} {}\n",
+                     l, kv_stats_s_);
   out += "# HELP frugal:kv_policy_requests_total Finished requests by KV policy and quantization.\n"
          "# TYPE frugal:kv_policy_requests_total counter\n";
   for (const auto& [key, n] : kv_policies_) {

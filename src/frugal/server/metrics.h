@@ -48,6 +48,7 @@ class Metrics {
   uint64_t cancelled_ = 0, refused_ = 0;
   uint64_t kv_rounds_ = 0;     // eviction rounds of finished requests
   double kv_round_s_ = 0;      // their time
+  double kv_stats_s_ = 0;      // of which the scored policies' attention statistics
   std::map<std::string, uint64_t> kv_policies_;  // finished requests by "policy/quant"
   // Speculative decoding of finished requests: verify passes, draft tokens proposed and kept.
   uint64_t spec_passes_ = 0, spec_drafted_ = 0, spec_accepted_ = 0;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <tuple>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <vector>
@@ -691,6 +693,14 @@ class CudaBackend final : public Backend {
     drop_graphs();
     const std::string prof = profile_report();
     if (!prof.empty()) std::fprintf(stderr, "%s", prof.c_str());
+    if (round_prof_.calls > 0) {
+      const double n = static_cast<double>(round_prof_.calls);
+      std::fprintf(stderr,
+                   "cuda profile: %llu rounds' statistics, ms per round: host preparation %.3f, device (copies, "
+                   "kernels, synchronisation) %.3f, unpacking %.3f\n",
+                   static_cast<unsigned long long>(round_prof_.calls), round_prof_.prep_ms / n,
+                   round_prof_.device_ms / n, round_prof_.unpack_ms / n);
+    }
     if (stream_ != nullptr) {
       // cuBLAS outlives the stream (members go after this body): detach it first.
       if (gemm_.handle() != nullptr) cublas().set_stream(gemm_.handle(), nullptr);
@@ -874,6 +884,12 @@ class CudaBackend final : public Backend {
   size_t rs_dev_bytes_ = 0;
   char* rs_host_ = nullptr;
   size_t rs_host_bytes_ = 0;
+  // With FRUGAL_CUDA_PROFILE: where round_stats' time goes (host preparation, the device's part
+  // from the first copy to the synchronisation, unpacking), printed when the backend ends.
+  struct RoundProfile {
+    uint64_t calls = 0;
+    double prep_ms = 0, device_ms = 0, unpack_ms = 0;
+  } round_prof_;
   std::vector<char> keep_dirty_;  // [seq]: a compaction is queued
   Store store_{*this};
   int attn_tokens_per_block_ = 0;              // of the step being prepared (prepare())
@@ -1381,14 +1397,23 @@ Status CudaBackend::ensure_query_ring(int32_t rows) {
   FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(kv_.n_layer) * kv_.n_seq * rows * row, &ring));
   std::vector<int32_t> pos(static_cast<size_t>(kv_.n_seq) * rows, -1);
   if (qring_ != nullptr) {
+    // Held positions are distinct modulo the old size but not always modulo the new one (a slot
+    // also keeps the positions of the sequence it held before): the newest takes a contested row.
     std::vector<int32_t> from, to;
+    std::vector<std::pair<int32_t, int32_t>> held;  // (position, old row)
     for (int sq = 0; sq < kv_.n_seq; ++sq) {
+      held.clear();
       for (int32_t r = 0; r < qring_rows_; ++r) {
         const int32_t p = qring_pos_[static_cast<size_t>(sq) * qring_rows_ + r];
-        if (p < 0) continue;
+        if (p >= 0) held.emplace_back(p, r);
+      }
+      std::sort(held.begin(), held.end(), std::greater<>());
+      for (const auto& [p, r] : held) {
+        int32_t& dst = pos[static_cast<size_t>(sq) * rows + p % rows];
+        if (dst >= 0) continue;
+        dst = p;
         from.push_back(sq * qring_rows_ + r);
         to.push_back(sq * rows + p % rows);
-        pos[static_cast<size_t>(sq) * rows + p % rows] = p;
       }
     }
     if (!from.empty()) {
@@ -1624,6 +1649,9 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
                 " layer requests; the device cache has ", kv_.n_seq, " sequences and ", kv_.n_layer, " layers");
   }
   const int hkv = kv_.n_head_kv, hd = kv_.head_dim;
+  using PClock = std::chrono::steady_clock;
+  const auto p0 = PClock::now();
+  const auto since = [](PClock::time_point t) { return std::chrono::duration<double, std::milli>(PClock::now() - t).count(); };
   // A round queued since the last step: move the rows now, so they sit where the positions say.
   if (keep_dirty_[static_cast<size_t>(seq)]) FRUGAL_RETURN_IF_ERROR(apply_keeps(seq));
   const auto up = [](size_t b) { return (b + 255) / 256 * 256; };
@@ -1721,6 +1749,12 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
       }
     }
   }
+  const bool prof = profiling();
+  if (prof) {
+    round_prof_.prep_ms += since(p0);
+    profile_step_begin(stream_);  // the kernels below join the per-kernel profile
+  }
+  const auto p1 = PClock::now();
   if (in_bytes > 0) FRUGAL_CUDA(cudaMemcpyAsync(d_in, rs_host_, in_bytes, cudaMemcpyHostToDevice, stream_));
   for (size_t l = 0; l < layers.size(); ++l) {
     const Plan& p = plan[l];
@@ -1756,6 +1790,11 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
   // The pinned buffer held the queries: the copy in is ordered before the copy out on the stream.
   if (out_bytes > 0) FRUGAL_CUDA(cudaMemcpyAsync(rs_host_, d_out, out_bytes, cudaMemcpyDeviceToHost, stream_));
   FRUGAL_CUDA(cudaStreamSynchronize(stream_));
+  const auto p2 = PClock::now();
+  if (prof) {
+    profile_step_end();
+    round_prof_.device_ms += std::chrono::duration<double, std::milli>(p2 - p1).count();
+  }
   out.resize(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
     const Plan& p = plan[l];
@@ -1777,6 +1816,10 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
       }
       o.similarity.assign(sim + static_cast<size_t>(h) * p.n_cand, sim + static_cast<size_t>(h + 1) * p.n_cand);
     }
+  }
+  if (prof) {
+    round_prof_.unpack_ms += since(p2);
+    ++round_prof_.calls;
   }
   return true;
 }
