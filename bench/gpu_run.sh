@@ -2,7 +2,7 @@
 # --pack): the work folder, the archive every output lands in, the log, the time budget, and the
 # library path for frugal, its libraries and cuBLAS.
 # Before sourcing: ROOT (the repository), BUDGET (seconds), RUN (the archive's name: $RUN.tgz),
-# LOGNAME_ (the log's file name). Sets PACK, RESULT, WORK, LOG, STEPS, START, F, CUBLAS and the
+# LOGNAME_ (the log's file name), optionally FRUGAL_BIN. Sets PACK, RESULT, WORK, LOG, STEPS, START, F, CUBLAS and the
 # functions pack, left and say.
 PACK=$ROOT/.cudabench
 START=$(date +%s)
@@ -20,7 +20,8 @@ left() { echo $((BUDGET - ($(date +%s) - START))); }
 say() { echo "[$(($(date +%s) - START))s] $*"; }
 ulimit -c 0
 
-F=$PACK/bin/frugal
+# FRUGAL_BIN: another frugal binary (an earlier commit's, for an A/B) with the same libraries.
+F=${FRUGAL_BIN:-$PACK/bin/frugal}
 [ -x "$F" ] || { echo "no $F: run BUILD=<cuda build> bench/cuda_h200.sh --pack first"; exit 2; }
 CUBLAS=$(ls /usr/local/cuda/lib64/libcublas.so.13 /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.13 2>/dev/null | head -1)
 [ -n "$CUBLAS" ] || CUBLAS=$(find /opt /usr -name 'libcublas.so.13' 2>/dev/null | head -1)

@@ -65,11 +65,13 @@ TEST(Perplexity, MatchesLlamaPerplexityOnStories) {
 }
 
 // Where the last digit comes from. llama-perplexity's figure differs from ours by one unit in
-// the fourth decimal. The float64 forward (tests/reference) scores the same windows three ways:
-// exactly; with keys and values rounded to F16 as both engines' caches store them; and with the
-// query and the softmax weights rounded to F16 as well, which llama.cpp's CPU attention does
-// (its K.Q and V.softmax products take the F16 cache as the first operand and convert the
-// second to F16). Ours must agree with the second, llama.cpp's figure with the third.
+// the fourth decimal. The float64 forward (tests/reference) scores the same windows exactly, with
+// keys and values rounded to F16 as both engines' caches store them, and with the query and the
+// softmax weights rounded to F16 as well, as ggml's CPU attention does (its K.Q and V.softmax
+// products convert their F32 operand to the F16 cache's type). Both engines sit within float32
+// rounding of the exact figure; which of them is nearer changes from text to text
+// (bench/perplexity_rounding_study, docs/quantization.md), so four decimals of a perplexity are
+// beyond what two float32 forward passes with different summation orders agree on.
 double reference_perplexity(const reference::ReferenceModel& ref, const std::vector<TokenId>& tokens, int32_t n_ctx,
                             TokenId bos, const reference::RefForwardOptions& o) {
   const int32_t first = n_ctx / 2;
@@ -94,7 +96,7 @@ double reference_perplexity(const reference::ReferenceModel& ref, const std::vec
   return std::exp(sum / static_cast<double>(n));
 }
 
-TEST(Perplexity, TheLastDigitApartFromLlamaCppIsItsF16Attention) {
+TEST(Perplexity, BothEnginesAreWithinFloat32RoundingOfTheExactFigure) {
   if (!std::ifstream(kStories).good()) GTEST_SKIP() << "missing " << kStories;
   auto file = GgufFile::open(kStories);
   ASSERT_TRUE(file.ok());
@@ -118,11 +120,13 @@ TEST(Perplexity, TheLastDigitApartFromLlamaCppIsItsF16Attention) {
   std::printf("perplexity: float64 %.6f, F16 cache %.6f, F16 cache and attention operands %.6f; frugal %.6f, "
               "llama-perplexity %.4f\n",
               exact, cache_f16, operands_f16, ours->ppl, kLlamaCppPpl);
-  // Measured: 2.688224, 2.688226, 2.688327; frugal 2.688201. Ours is the F16-cache forward within
-  // float32 rounding (2.5e-5); llama-perplexity's printed figure is the one with F16 operands
-  // (within its half unit of 5e-5); the operands move the figure fifty times more than the cache.
-  EXPECT_NEAR(ours->ppl, cache_f16, 5e-5);
-  EXPECT_NEAR(operands_f16, kLlamaCppPpl, 5e-5);
+  // Measured: 2.688224, 2.688226, 2.688327; frugal 2.688201, llama-perplexity 2.6883. Ours is the
+  // F16-cache forward within float32 rounding (9e-6 relative); llama-perplexity's printed figure,
+  // within its half unit of 5e-5, is at least 1e-5 from the exact one. The F16 cache moves the
+  // exact figure by 1e-6 relative, the F16 attention operands by 4e-5.
+  EXPECT_LT(std::abs(ours->ppl - cache_f16) / cache_f16, 2e-5);
+  EXPECT_LT(std::abs(kLlamaCppPpl - exact) / exact, 2e-5 + 5e-5 / exact);
+  EXPECT_LT(std::abs(cache_f16 - exact) / exact, 5e-6);
   EXPECT_GT(std::abs(operands_f16 - exact), 10 * std::abs(cache_f16 - exact));
 }
 
