@@ -1,11 +1,9 @@
 // Three kernels, each small next to a decode step: the softmax weights of every recorded query of
 // every query head over its KV head's slots (one block per query and KV head, a warp per key, the
-// group's query heads sharing each key load), their sums per slot (a lane per slot, the rows
-// shared by a block's warps), and the keys' mean cosine similarity by u_i . (sum of u) - u_i . u_i
-// (one block per KV head). And the copy of a step's captured queries
+// group's query heads sharing each key load), their sums per slot (a thread per slot, in the
+// reference's order: query heads outer, queries inner), and the keys' mean cosine similarity by
+// u_i . (sum of u) - u_i . u_i (one block per KV head). And the copy of a step's captured queries
 // into the rings they are read from at the next round.
-#include <algorithm>
-
 #include "frugal/backend/cuda/common.cuh"
 #include "frugal/backend/cuda/round_stats.cuh"
 
@@ -100,57 +98,33 @@ __global__ void round_probs_kernel(RoundStatsDev a) {
   pdl_trigger();
 }
 
-// grid (slots / 32, n_head_kv), kSumsWarps warps: lane = slot, each warp a share of the (query
-// head, query) rows, their partial sums added in warp order (fixed, so every run gives the same
-// bits). A slot's rows are read by many warps at once instead of one thread looping over all
-// n_rep x nq of them, which left most of the GPU idle.
-constexpr int kSumsWarps = 8;
+// grid (slots / 256, n_head_kv).
 __global__ void round_sums_kernel(RoundStatsDev a) {
   pdl_wait();
-  __shared__ float part[3][kSumsWarps][32];
-  const int lane = static_cast<int>(threadIdx.x) % 32, w = static_cast<int>(threadIdx.x) / 32;
-  const int i = static_cast<int>(blockIdx.x) * 32 + lane, h = static_cast<int>(blockIdx.y);
-  float att = 0.f, last = 0.f, fresh = 0.f;
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x), h = static_cast<int>(blockIdx.y);
   if (i < a.n) {
-    const int rows = a.n_rep * a.nq;
-    for (int t = w; t < rows; t += kSumsWarps) {
-      const int r = t / a.nq, j = t % a.nq;
-      const float x = a.probs[((static_cast<size_t>(h) * a.n_rep + r) * a.nq + j) * a.n + i];
-      att += x;
-      if (j == a.nq - 1) last += x;
-      if (a.qpos[j] > a.fresh_after) fresh += x;
-    }
-  }
-  part[0][w][lane] = att;
-  part[1][w][lane] = last;
-  part[2][w][lane] = fresh;
-  __syncthreads();
-  if (w == 0 && i < a.n) {
-    float s0 = 0.f, s1 = 0.f, s2 = 0.f;
-#pragma unroll
-    for (int k = 0; k < kSumsWarps; ++k) {
-      s0 += part[0][k][lane];
-      s1 += part[1][k][lane];
-      s2 += part[2][k][lane];
+    float att = 0.f, last = 0.f, fresh = 0.f;
+    for (int r = 0; r < a.n_rep; ++r) {
+      const float* p = a.probs + (static_cast<size_t>(h) * a.n_rep + r) * a.nq * a.n + i;
+      for (int j = 0; j < a.nq; ++j) {
+        const float x = p[static_cast<size_t>(j) * a.n];
+        att += x;
+        if (j == a.nq - 1) last += x;
+        if (a.qpos[j] > a.fresh_after) fresh += x;
+      }
     }
     float* o = a.sums + static_cast<size_t>(h) * 3 * a.n + i;
-    o[0] = s0;
-    o[a.n] = s1;
-    o[2 * static_cast<size_t>(a.n)] = s2;
+    o[0] = att;
+    o[a.n] = last;
+    o[2 * static_cast<size_t>(a.n)] = fresh;
   }
   pdl_trigger();
 }
 
-// grid n_head_kv, kSimThreads threads; dynamic shared memory: (parts + 1) x head_dim floats, parts
-// = kSimThreads / head_dim. The sum of the unit keys is split over the parts (keys i = part mod
-// parts), added in part order: each thread reads n / parts keys instead of all n.
-constexpr int kSimThreads = 1024;
+// grid n_head_kv; dynamic shared memory: head_dim floats.
 __global__ void round_similarity_kernel(RoundStatsDev a) {
   pdl_wait();
-  extern __shared__ float smem[];
-  const int parts = max(1, static_cast<int>(blockDim.x) / a.head_dim);
-  float* partial = smem;                                           // [parts][head_dim]
-  float* sum = smem + static_cast<size_t>(parts) * a.head_dim;     // [head_dim]: the sum of the unit keys
+  extern __shared__ float sum[];  // [head_dim]: the sum of the unit keys
   const int h = static_cast<int>(blockIdx.x), hd = a.head_dim, n = a.n_cand;
   const __half* kh = a.k + static_cast<size_t>(h) * a.head_stride * hd;
   float* inv = a.inv + static_cast<size_t>(h) * n;
@@ -167,16 +141,9 @@ __global__ void round_similarity_kernel(RoundStatsDev a) {
     if (lane == 0) inv[i] = ss > 0.f ? rsqrtf(ss) : 0.f;
   }
   __syncthreads();
-  for (int t = static_cast<int>(threadIdx.x); t < parts * hd; t += blockDim.x) {
-    const int d = t % hd, part = t / hd;
-    float s = 0.f;
-    for (int i = part; i < n; i += parts) s += __half2float(kh[static_cast<size_t>(i) * hd + d]) * inv[i];
-    partial[t] = s;
-  }
-  __syncthreads();
   for (int d = static_cast<int>(threadIdx.x); d < hd; d += blockDim.x) {
     float s = 0.f;
-    for (int part = 0; part < parts; ++part) s += partial[static_cast<size_t>(part) * hd + d];
+    for (int i = 0; i < n; ++i) s += __half2float(kh[static_cast<size_t>(i) * hd + d]) * inv[i];
     sum[d] = s;
   }
   __syncthreads();
@@ -227,13 +194,11 @@ void launch_round_stats(const RoundStatsDev& a, cudaStream_t s) {
     launch_kernel("round_probs_kernel", round_probs_kernel,
                   dim3(static_cast<unsigned>(a.nq), static_cast<unsigned>(a.n_head_kv)), dim3(kProbsThreads), smem, s, a);
     launch_kernel("round_sums_kernel", round_sums_kernel,
-                  dim3(static_cast<unsigned>((a.n + 31) / 32), static_cast<unsigned>(a.n_head_kv)),
-                  dim3(32 * kSumsWarps), 0, s, a);
+                  dim3(static_cast<unsigned>((a.n + 255) / 256), static_cast<unsigned>(a.n_head_kv)), dim3(256), 0, s, a);
   }
   if (a.n_cand > 0) {
-    const int parts = std::max(1, kSimThreads / a.head_dim);
     launch_kernel("round_similarity_kernel", round_similarity_kernel, dim3(static_cast<unsigned>(a.n_head_kv)),
-                  dim3(kSimThreads), sizeof(float) * static_cast<size_t>(parts + 1) * a.head_dim, s, a);
+                  dim3(256), sizeof(float) * static_cast<size_t>(a.head_dim), s, a);
   }
 }
 
