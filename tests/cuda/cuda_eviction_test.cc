@@ -313,7 +313,8 @@ TEST(CudaEviction, QuantizedCacheIsRefusedEveryPolicyAccepted) {
 // context (the device reserves a slot's context up front): a budget of three and a half slots at
 // parallel 8 gives three slots of 256 tokens; eight requests of 200 tokens all finish at their
 // length, at most three running at a time, the others waiting (two of them evicting). A budget
-// below one slot shrinks the context over the slots asked for instead.
+// below one slot shrinks the context over the slots asked for instead, or is refused when it
+// cannot give each of them one page.
 TEST(CudaEviction, KvMemorySetsTheSlotsAtTheFullContext) {
   SKIP_WITHOUT_GPU();
   if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
@@ -383,10 +384,17 @@ TEST(CudaEviction, KvMemorySetsTheSlotsAtTheFullContext) {
                 "%lld eviction rounds\n",
                 st.n_slots, st.slot_capacity, most_running, most_waiting, static_cast<long long>(rounds));
   }
+  // Below one full slot at parallel 2: two slots of what the budget holds (whole pages of 32
+  // tokens). At parallel 8 the same budget cannot give each slot one page: refused, by name.
   o.kv_memory = one * 9 / 10;
+  auto refused = Engine::create(**model, **tok, **gpu, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("raise --kv-memory or lower --parallel"), std::string::npos)
+      << refused.status().message();
+  o.n_parallel = 2;
   auto small = Engine::create(**model, **tok, **gpu, o);
   ASSERT_TRUE(small.ok()) << small.status().message();
-  EXPECT_EQ((*small)->stats().n_slots, 8);
+  EXPECT_EQ((*small)->stats().n_slots, 2);
   EXPECT_LT((*small)->stats().slot_capacity, 256);
   EXPECT_GE((*small)->stats().slot_capacity, 16);
   EXPECT_LE((*small)->stats().kv_bytes, o.kv_memory);
