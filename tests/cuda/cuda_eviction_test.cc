@@ -263,22 +263,37 @@ TEST(CudaEviction, EnginePoliciesDecodeAsOnTheCpu) {
   std::printf("%zu requests, %lld eviction rounds on the GPU\n", reqs.size(), static_cast<long long>(rounds));
 }
 
+// The default model, its tokenizer and a CUDA backend: what the engine tests start from (call
+// through ASSERT_NO_FATAL_FAILURE).
+struct GpuEngineParts {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<Backend> gpu;
+};
+void open_gpu_engine_parts(GpuEngineParts& p) {
+  auto model = Model::load(default_model());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  p.model = std::move(*model);
+  auto tok = Tokenizer::from_gguf(p.model->gguf());
+  ASSERT_TRUE(tok.ok());
+  p.tok = std::move(*tok);
+  auto gpu = make_cuda_backend();
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  p.gpu = std::move(*gpu);
+}
+
 // KV quantization is refused on the GPU with a message naming it, per request and as the engine's
 // default; every policy is accepted.
 TEST(CudaEviction, QuantizedCacheIsRefusedEveryPolicyAccepted) {
   SKIP_WITHOUT_GPU();
   if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
-  auto model = Model::load(default_model());
-  ASSERT_TRUE(model.ok());
-  auto tok = Tokenizer::from_gguf((*model)->gguf());
-  ASSERT_TRUE(tok.ok());
-  auto gpu = make_cuda_backend();
-  ASSERT_TRUE(gpu.ok());
+  GpuEngineParts parts;
+  ASSERT_NO_FATAL_FAILURE(open_gpu_engine_parts(parts));
   EngineOptions o;
   o.n_parallel = 1;
   o.n_ctx = 256;
   o.telemetry_period_s = 0;
-  auto e = Engine::create(**model, **tok, **gpu, o);
+  auto e = Engine::create(*parts.model, *parts.tok, *parts.gpu, o);
   ASSERT_TRUE(e.ok()) << e.status().message();
   for (const char* p : {"window", "random", "snapkv", "h2o", "tova", "rkv"}) {
     RequestOptions r;
@@ -306,7 +321,7 @@ TEST(CudaEviction, QuantizedCacheIsRefusedEveryPolicyAccepted) {
   o.kv.policy = "h2o";
   o.kv.budget = 100;
   o.kv.quant = KvQuant::kInt4;
-  EXPECT_EQ(Engine::create(**model, **tok, **gpu, o).status().code(), ErrorCode::kNotSupported);
+  EXPECT_EQ(Engine::create(*parts.model, *parts.tok, *parts.gpu, o).status().code(), ErrorCode::kNotSupported);
 }
 
 // A server's memory budget on the GPU sets how many sequences run at once, each with the whole
@@ -318,21 +333,17 @@ TEST(CudaEviction, QuantizedCacheIsRefusedEveryPolicyAccepted) {
 TEST(CudaEviction, KvMemorySetsTheSlotsAtTheFullContext) {
   SKIP_WITHOUT_GPU();
   if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " not present";
-  auto model = Model::load(default_model());
-  ASSERT_TRUE(model.ok());
-  auto tok = Tokenizer::from_gguf((*model)->gguf());
-  ASSERT_TRUE(tok.ok());
-  auto gpu = make_cuda_backend();
-  ASSERT_TRUE(gpu.ok());
+  GpuEngineParts parts;
+  ASSERT_NO_FATAL_FAILURE(open_gpu_engine_parts(parts));
   EngineOptions o;
   o.n_parallel = 8;
   o.n_ctx = 256;
   o.max_waiting = 100;
   o.telemetry_period_s = 0;
-  const uint64_t one = kv_reserved_bytes((*model)->kv_options(1, 256, o.kv_dtype));
-  o.kv_memory = kv_reserved_bytes((*model)->kv_options(3, 256, o.kv_dtype)) + one / 2;
+  const uint64_t one = kv_reserved_bytes(parts.model->kv_options(1, 256, o.kv_dtype));
+  o.kv_memory = kv_reserved_bytes(parts.model->kv_options(3, 256, o.kv_dtype)) + one / 2;
   {
-    auto e = Engine::create(**model, **tok, **gpu, o);
+    auto e = Engine::create(*parts.model, *parts.tok, *parts.gpu, o);
     ASSERT_TRUE(e.ok()) << e.status().message();
     const EngineStats st = (*e)->stats();
     EXPECT_EQ(st.n_slots, 3);
@@ -387,12 +398,12 @@ TEST(CudaEviction, KvMemorySetsTheSlotsAtTheFullContext) {
   // Below one full slot at parallel 2: two slots of what the budget holds (whole pages of 32
   // tokens). At parallel 8 the same budget cannot give each slot one page: refused, by name.
   o.kv_memory = one * 9 / 10;
-  auto refused = Engine::create(**model, **tok, **gpu, o);
+  auto refused = Engine::create(*parts.model, *parts.tok, *parts.gpu, o);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("raise --kv-memory or lower --parallel"), std::string::npos)
       << refused.status().message();
   o.n_parallel = 2;
-  auto small = Engine::create(**model, **tok, **gpu, o);
+  auto small = Engine::create(*parts.model, *parts.tok, *parts.gpu, o);
   ASSERT_TRUE(small.ok()) << small.status().message();
   EXPECT_EQ((*small)->stats().n_slots, 2);
   EXPECT_LT((*small)->stats().slot_capacity, 256);

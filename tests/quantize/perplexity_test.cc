@@ -32,27 +32,43 @@ std::vector<TokenId> story_tokens(const Tokenizer& tok) {
   return *t;
 }
 
-TEST(Perplexity, MatchesLlamaPerplexityOnStories) {
-  if (!std::ifstream(kStories).good()) GTEST_SKIP() << "missing " << kStories;
+// stories260K's tokenizer and model, and the text's tokens (call through ASSERT_NO_FATAL_FAILURE).
+struct Stories {
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<Model> model;
+  std::vector<TokenId> tokens;
+};
+void open_stories(Stories& s) {
   auto file = GgufFile::open(kStories);
   ASSERT_TRUE(file.ok());
   auto tok = Tokenizer::from_gguf(**file);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  s.tok = std::move(*tok);
   auto m = Model::load(kStories);
   ASSERT_TRUE(m.ok());
+  s.model = std::move(*m);
+  s.tokens = story_tokens(*s.tok);
+}
+
+TEST(Perplexity, MatchesLlamaPerplexityOnStories) {
+  if (!std::ifstream(kStories).good()) GTEST_SKIP() << "missing " << kStories;
+  Stories st;
+  ASSERT_NO_FATAL_FAILURE(open_stories(st));
+  Model& m = *st.model;
+  const TokenId bos = st.tok->bos();
+  const std::vector<TokenId>& tokens = st.tokens;
   auto be = make_cpu_backend({});
-  const auto tokens = story_tokens(**tok);
-  auto r = perplexity(**m, *be, tokens, 128, DType::kF16, (*tok)->bos());
+  auto r = perplexity(m, *be, tokens, 128, DType::kF16, bos);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->windows, 18);
   EXPECT_EQ(r->scored_tokens, 18 * 63);
   EXPECT_NEAR(r->ppl, kLlamaCppPpl, 1.5e-4);
 
   const std::string base = (std::filesystem::temp_directory_path() / "frugal_kl_base.bin").string();
-  auto saved = save_kl_base(**m, *be, tokens, 128, DType::kF16, (*tok)->bos(), base);
+  auto saved = save_kl_base(m, *be, tokens, 128, DType::kF16, bos, base);
   ASSERT_TRUE(saved.ok()) << saved.status().to_string();
   EXPECT_NEAR(saved->ppl, r->ppl, 1e-6);  // the file's writer sums in float steps, as llama's
-  auto kl = kl_divergence(**m, *be, base, DType::kF16, (*tok)->bos());
+  auto kl = kl_divergence(m, *be, base, DType::kF16, bos);
   ASSERT_TRUE(kl.ok()) << kl.status().to_string();
   EXPECT_EQ(kl->count, 18 * 63);
   EXPECT_LT(kl->mean_kld(), 1e-5);  // only the 16-bit encoding of the base separates them
@@ -60,7 +76,7 @@ TEST(Perplexity, MatchesLlamaPerplexityOnStories) {
   EXPECT_NEAR(std::exp(kl->sum_nll / static_cast<double>(kl->count)), r->ppl, 1e-4);
   EXPECT_NE(kl_report(*kl).find("Same top p"), std::string::npos);
   std::filesystem::resize_file(base, 100);
-  EXPECT_FALSE(kl_divergence(**m, *be, base, DType::kF16, (*tok)->bos()).ok());
+  EXPECT_FALSE(kl_divergence(m, *be, base, DType::kF16, bos).ok());
   std::filesystem::remove(base);
 }
 
@@ -98,18 +114,14 @@ double reference_perplexity(const reference::ReferenceModel& ref, const std::vec
 
 TEST(Perplexity, BothEnginesAreWithinFloat32RoundingOfTheExactFigure) {
   if (!std::ifstream(kStories).good()) GTEST_SKIP() << "missing " << kStories;
-  auto file = GgufFile::open(kStories);
-  ASSERT_TRUE(file.ok());
-  auto tok = Tokenizer::from_gguf(**file);
-  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  auto m = Model::load(kStories);
-  ASSERT_TRUE(m.ok());
+  Stories st;
+  ASSERT_NO_FATAL_FAILURE(open_stories(st));
   auto ref = reference::ReferenceModel::load(kStories);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
   auto be = make_cpu_backend({});
-  const auto tokens = story_tokens(**tok);
-  const TokenId bos = (*tok)->bos();
-  auto ours = perplexity(**m, *be, tokens, 128, DType::kF16, bos);
+  const std::vector<TokenId>& tokens = st.tokens;
+  const TokenId bos = st.tok->bos();
+  auto ours = perplexity(*st.model, *be, tokens, 128, DType::kF16, bos);
   ASSERT_TRUE(ours.ok()) << ours.status().to_string();
   reference::RefForwardOptions o;
   const double exact = reference_perplexity(**ref, tokens, 128, bos, o);
