@@ -129,9 +129,35 @@ def metric(text, name):
     return float(m.group(1)) if m else None
 
 
+def rss_bytes(pid):
+    """Resident memory of a process (/proc), 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def gpu_bytes(pid):
+    """Device memory nvidia-smi gives a process, None when it names none."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0] == str(pid) and parts[1].isdigit():
+            return int(parts[1]) * 2**20  # MiB
+    return None
+
+
 class MemorySampler:
-    """Peak resident memory of a process (/proc) and, with gpu=True, its device memory
-    (nvidia-smi's per-process figure), polled on a thread until stop()."""
+    """Peak resident memory of a process and, with gpu=True, its device memory, polled on a
+    thread until stop()."""
 
     def __init__(self, pid, gpu, period):
         self.pid, self.gpu, self.period = pid, gpu, period
@@ -142,32 +168,10 @@ class MemorySampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _rss(self):
-        try:
-            with open(f"/proc/{self.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
-
-    def _gpu(self):
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        for line in out.splitlines():
-            parts = [x.strip() for x in line.split(",")]
-            if len(parts) == 2 and parts[0] == str(self.pid) and parts[1].isdigit():
-                return int(parts[1]) * 2**20  # MiB
-        return None
-
     def sample(self):
-        self.peak_rss = max(self.peak_rss, self._rss())
+        self.peak_rss = max(self.peak_rss, rss_bytes(self.pid))
         if self.gpu:
-            g = self._gpu()
+            g = gpu_bytes(self.pid)
             if g is not None:
                 self.peak_gpu = max(self.peak_gpu or 0, g)
         self.samples += 1
@@ -210,7 +214,8 @@ def run_config(args, policy, memory, port):
                 time.sleep(0.1)
         # The name the server gives the model (its file's stem).
         model_id = json.loads(urllib.request.urlopen(base + "/v1/models", timeout=10).read())["data"][0]["id"]
-        idle = MemorySampler(srv.pid, args.device == "cuda", args.sample_period).stop()  # loaded, no request yet
+        # Loaded, no request yet.
+        idle = {"rss": rss_bytes(srv.pid), "gpu": gpu_bytes(srv.pid) if args.device == "cuda" else None}
         sampler = MemorySampler(srv.pid, args.device == "cuda", args.sample_period)
         n_requests = len(args.examples) if args.examples else args.requests
         results = [None] * n_requests
@@ -241,8 +246,8 @@ def run_config(args, policy, memory, port):
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         wall = time.monotonic() - t0
         mem = sampler.stop()
-        mem["idle_gpu_bytes"] = idle["peak_gpu_bytes"]
-        mem["idle_rss_bytes"] = idle["peak_rss_bytes"]
+        mem["idle_gpu_bytes"] = idle["gpu"]
+        mem["idle_rss_bytes"] = idle["rss"]
         metrics = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
         mem["kv_reserved_bytes"] = metric(metrics, "frugal:kv_cache_reserved_bytes")
         mem["slots"] = metric(metrics, "frugal:num_sequence_slots")

@@ -31,28 +31,6 @@ namespace {
 
 using namespace frugal;
 
-// Negative log-likelihood of each scored token, window by window, from the float64 forward.
-Result<std::vector<double>> reference_nll(const reference::ReferenceModel& ref, const std::vector<TokenId>& tokens,
-                                          int32_t n_ctx, TokenId bos, const reference::RefForwardOptions& o) {
-  std::vector<double> nll;
-  const int32_t first = n_ctx / 2;
-  for (size_t start = 0; start + static_cast<size_t>(n_ctx) <= tokens.size(); start += static_cast<size_t>(n_ctx)) {
-    std::vector<int32_t> w(tokens.begin() + static_cast<std::ptrdiff_t>(start),
-                           tokens.begin() + static_cast<std::ptrdiff_t>(start) + n_ctx);
-    if (bos >= 0) w[0] = bos;
-    FRUGAL_ASSIGN_OR_RETURN(auto logits, ref.forward(w, o));
-    for (int32_t j = first; j < n_ctx - 1; ++j) {
-      const std::vector<double>& l = logits[static_cast<size_t>(j)];
-      double mx = l[0];
-      for (double x : l) mx = std::max(mx, x);
-      double z = 0;
-      for (double x : l) z += std::exp(x - mx);
-      nll.push_back(-(l[static_cast<size_t>(tokens[start + static_cast<size_t>(j) + 1])] - mx - std::log(z)));
-    }
-  }
-  return nll;
-}
-
 // Running perplexity after each window: exp of the mean NLL of every token scored so far.
 std::vector<double> running(const std::vector<double>& nll, size_t per_window) {
   std::vector<double> out;
@@ -105,7 +83,7 @@ int main(int argc, char** argv) {
   for (int variant = 0; variant < 3; ++variant) {
     o.kv_f16 = variant >= 1;
     o.attention_operands_f16 = variant >= 2;
-    auto nll = reference_nll(**ref, *tokens, n_ctx, bos, o);
+    auto nll = reference::window_nll(**ref, *tokens, n_ctx, bos, o);
     if (!nll.ok()) return fail(nll.status().message());
     est.push_back(running(*nll, per_window));
   }

@@ -90,26 +90,12 @@ TEST(Perplexity, MatchesLlamaPerplexityOnStories) {
 // beyond what two float32 forward passes with different summation orders agree on.
 double reference_perplexity(const reference::ReferenceModel& ref, const std::vector<TokenId>& tokens, int32_t n_ctx,
                             TokenId bos, const reference::RefForwardOptions& o) {
-  const int32_t first = n_ctx / 2;
+  auto nll = reference::window_nll(ref, tokens, n_ctx, bos, o);
+  EXPECT_TRUE(nll.ok()) << nll.status().to_string();
+  if (!nll.ok() || nll->empty()) return 0;
   double sum = 0;
-  int64_t n = 0;
-  for (size_t start = 0; start + static_cast<size_t>(n_ctx) <= tokens.size(); start += static_cast<size_t>(n_ctx)) {
-    std::vector<int32_t> w(tokens.begin() + static_cast<std::ptrdiff_t>(start),
-                           tokens.begin() + static_cast<std::ptrdiff_t>(start) + n_ctx);
-    w[0] = bos;
-    auto logits = ref.forward(w, o);
-    EXPECT_TRUE(logits.ok()) << logits.status().to_string();
-    if (!logits.ok()) return 0;
-    for (int32_t j = first; j < n_ctx - 1; ++j) {
-      const std::vector<double>& l = (*logits)[static_cast<size_t>(j)];
-      const double mx = *std::max_element(l.begin(), l.end());
-      double z = 0;
-      for (double x : l) z += std::exp(x - mx);
-      sum += -(l[static_cast<size_t>(tokens[start + static_cast<size_t>(j) + 1])] - mx - std::log(z));
-      ++n;
-    }
-  }
-  return std::exp(sum / static_cast<double>(n));
+  for (double x : *nll) sum += x;
+  return std::exp(sum / static_cast<double>(nll->size()));
 }
 
 TEST(Perplexity, BothEnginesAreWithinFloat32RoundingOfTheExactFigure) {

@@ -115,6 +115,12 @@ class ReferenceModel {
   const GgufTensorInfo* lm_head_ = nullptr;  // output.weight, or token_embd when tied
 };
 
+// The negative log-likelihood of each scored token when `tokens` are read as llama-perplexity
+// reads them: window w is tokens [w n_ctx, (w+1) n_ctx), its first token replaced by `bos` (when
+// >= 0), positions n_ctx/2 .. n_ctx-2 scoring the token after them; window after window.
+Result<std::vector<double>> window_nll(const ReferenceModel& ref, const std::vector<int32_t>& tokens, int32_t n_ctx,
+                                       int32_t bos, const RefForwardOptions& options = {});
+
 // ---------------------------------------------------------------------------------------------
 // Implementation.
 
@@ -420,6 +426,26 @@ inline Result<std::vector<std::vector<double>>> ReferenceModel::forward(const st
     }
   }
   return logits;
+}
+
+inline Result<std::vector<double>> window_nll(const ReferenceModel& ref, const std::vector<int32_t>& tokens,
+                                              int32_t n_ctx, int32_t bos, const RefForwardOptions& options) {
+  std::vector<double> nll;
+  const int32_t first = n_ctx / 2;
+  for (size_t start = 0; start + static_cast<size_t>(n_ctx) <= tokens.size(); start += static_cast<size_t>(n_ctx)) {
+    std::vector<int32_t> w(tokens.begin() + static_cast<std::ptrdiff_t>(start),
+                           tokens.begin() + static_cast<std::ptrdiff_t>(start) + n_ctx);
+    if (bos >= 0) w[0] = bos;
+    FRUGAL_ASSIGN_OR_RETURN(auto logits, ref.forward(w, options));
+    for (int32_t j = first; j < n_ctx - 1; ++j) {
+      const std::vector<double>& l = logits[static_cast<size_t>(j)];
+      const double mx = *std::max_element(l.begin(), l.end());
+      double z = 0;
+      for (double x : l) z += std::exp(x - mx);
+      nll.push_back(-(l[static_cast<size_t>(tokens[start + static_cast<size_t>(j) + 1])] - mx - std::log(z)));
+    }
+  }
+  return nll;
 }
 
 }  // namespace frugal::reference

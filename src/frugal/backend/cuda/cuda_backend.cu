@@ -1649,9 +1649,14 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
                 " layer requests; the device cache has ", kv_.n_seq, " sequences and ", kv_.n_layer, " layers");
   }
   const int hkv = kv_.n_head_kv, hd = kv_.head_dim;
+  // FRUGAL_CUDA_PROFILE: the clock is read only then.
   using PClock = std::chrono::steady_clock;
-  const auto p0 = PClock::now();
-  const auto since = [](PClock::time_point t) { return std::chrono::duration<double, std::milli>(PClock::now() - t).count(); };
+  const bool prof = profiling();
+  const auto now = [prof] { return prof ? PClock::now() : PClock::time_point{}; };
+  const auto ms = [](PClock::time_point a, PClock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  const auto p0 = now();
   // A round queued since the last step: move the rows now, so they sit where the positions say.
   if (keep_dirty_[static_cast<size_t>(seq)]) FRUGAL_RETURN_IF_ERROR(apply_keeps(seq));
   const auto up = [](size_t b) { return (b + 255) / 256 * 256; };
@@ -1749,12 +1754,11 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
       }
     }
   }
-  const bool prof = profiling();
+  const auto p1 = now();
   if (prof) {
-    round_prof_.prep_ms += since(p0);
+    round_prof_.prep_ms += ms(p0, p1);
     profile_step_begin(stream_);  // the kernels below join the per-kernel profile
   }
-  const auto p1 = PClock::now();
   if (in_bytes > 0) FRUGAL_CUDA(cudaMemcpyAsync(d_in, rs_host_, in_bytes, cudaMemcpyHostToDevice, stream_));
   for (size_t l = 0; l < layers.size(); ++l) {
     const Plan& p = plan[l];
@@ -1790,10 +1794,10 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
   // The pinned buffer held the queries: the copy in is ordered before the copy out on the stream.
   if (out_bytes > 0) FRUGAL_CUDA(cudaMemcpyAsync(rs_host_, d_out, out_bytes, cudaMemcpyDeviceToHost, stream_));
   FRUGAL_CUDA(cudaStreamSynchronize(stream_));
-  const auto p2 = PClock::now();
+  const auto p2 = now();
   if (prof) {
     profile_step_end();
-    round_prof_.device_ms += std::chrono::duration<double, std::milli>(p2 - p1).count();
+    round_prof_.device_ms += ms(p1, p2);
   }
   out.resize(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -1818,7 +1822,7 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
     }
   }
   if (prof) {
-    round_prof_.unpack_ms += since(p2);
+    round_prof_.unpack_ms += ms(p2, now());
     ++round_prof_.calls;
   }
   return true;
