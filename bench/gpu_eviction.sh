@@ -9,6 +9,7 @@
 #                nothing), then bench/kv_serving.py: 64 concurrent generations of MAX_TOKENS tokens
 #                per policy of POLICIES (default full,random,snapkv,h2o,rkv: the scored ones compute
 #                their round statistics on the device; evicting ones at a 25% budget).
+#                SAMPLE_PERIOD: seconds between kv_serving.py's memory samples (nvidia-smi).
 #   PHASE memory: the memory budget held under load: the same 8B file served with --kv-memory at
 #                25% of what MEM_PARALLEL (default 16) sequences of MAX_TOKENS (default 1024) need,
 #                MEM_PARALLEL requests at once (4x the work the budget holds), full and random; the
@@ -97,7 +98,8 @@ if [ "$PHASE" = bench ]; then
     [ -n "${SERVE_MAX_S:-}" ] && [ "$SERVE_MAX_S" -lt "$cap" ] && cap=$SERVE_MAX_S
     step "serving-$pol" timeout "$cap" env FRUGAL_CUDA_PDL=1 python3 "$ROOT/bench/kv_serving.py" --frugal "$F" -m "$M" --device cuda \
       --parallel 64 --requests 64 --max-tokens "$MAXT" --ctx $((MAXT + 64)) --budget 0.25 --memory-fraction 0 \
-      --policies "$pol" --json "$WORK/serving-$pol.json" --server-log "$WORK/serve" --max-wall $((cap - 30))
+      --policies "$pol" --json "$WORK/serving-$pol.json" --server-log "$WORK/serve" --max-wall $((cap - 30)) \
+      ${SAMPLE_PERIOD:+--sample-period "$SAMPLE_PERIOD"}
     cat "$WORK/serving-$pol.out"
   done
 fi

@@ -1709,7 +1709,8 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
     p.sim = out_bytes;
     out_bytes += up(static_cast<size_t>(hkv) * p.n_cand * 4);
     probs_bytes = std::max(probs_bytes, up(static_cast<size_t>(p.n_rep) * hkv * p.nq * p.n * 4));
-    inv_bytes = std::max(inv_bytes, up(static_cast<size_t>(hkv) * p.n_cand * 4));
+    inv_bytes = std::max(inv_bytes, up(static_cast<size_t>(hkv) * p.n_cand * 4) +
+                                        up(static_cast<size_t>(hkv) * round_stats_chunks(p.n_cand) * hd * 4));
   }
   const size_t dev_bytes = in_bytes + out_bytes + probs_bytes + inv_bytes;
   if (dev_bytes > rs_dev_bytes_) {
@@ -1788,6 +1789,7 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
     a.n_cand = p.n_cand;
     a.sim = reinterpret_cast<float*>(d_out + p.sim);
     a.inv = inv;
+    a.unit_sums = inv + up(static_cast<size_t>(hkv) * p.n_cand * 4) / 4;
     launch_round_stats(a, stream_);
   }
   FRUGAL_RETURN_IF_ERROR(take_launch_error());

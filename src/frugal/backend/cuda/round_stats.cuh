@@ -29,8 +29,11 @@ struct RoundStatsDev {
   int n_cand = 0;          // > 0: similarity of each head's first n_cand keys
   float* sim = nullptr;    // out [n_head_kv][n_cand]
   float* inv = nullptr;    // scratch [n_head_kv][n_cand]
+  float* unit_sums = nullptr;  // scratch [n_head_kv][round_stats_chunks(n_cand)][head_dim]
 };
 constexpr int kRoundStatsMaxRep = 8;  // query heads per KV head the kernels hold in registers
+constexpr int kRoundStatsSimKeys = 32;  // keys of one block of the similarity kernels
+__host__ __device__ inline int round_stats_chunks(int n_cand) { return (n_cand + kRoundStatsSimKeys - 1) / kRoundStatsSimKeys; }
 
 // The softmax weights and their three sums (when a.nq > 0), then the similarities (a.n_cand > 0),
 // on stream s.
