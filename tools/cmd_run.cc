@@ -39,7 +39,7 @@ class ActQuantOwner final : public Backend {
   }
   void swiglu(const float* g, const float* u, int64_t n, float* out) override { act_.swiglu(g, u, n, out); }
   void add(float* x, const float* y, int64_t n) override { act_.add(x, y, n); }
-  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
+  void attention(const float* q, const KvView& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
                  const AttentionParams& p, float* out) override {
     act_.attention(q, kv, layer, seq, pos, n, p, out);
   }

@@ -138,7 +138,7 @@ TEST(AttentionKvQuant, SimdBlockLoaderMatchesReadRows) {
     const auto qmean = random_floats(rng, static_cast<size_t>(n_head_kv) * d);
     kv.flush(0, 0, qmean.data());
     for (int g = 0; g < n_head_kv; ++g) {
-      const KvCache::QuantHeadView h = kv.quant_view(0, 0, g);
+      const KvQuantHeadView h = kv.quant_view(0, 0, g);
       ASSERT_EQ(h.size, n);
       ASSERT_GT(h.cold, 0);
       ASSERT_LT(h.cold, n);  // some FP16 residual is left

@@ -162,7 +162,7 @@ Status write(KvCache& kv, int seq, const Want& w, int32_t from, bool reserve_fir
     std::map<PageId, int> mine;
     for (int l = 0; l < kLayers; ++l) {
       for (int h = 0; h < kHeads; ++h) {
-        const KvCache::HeadPages hp = kv.head_pages(l, s, h);
+        const KvHeadPages hp = kv.head_pages(l, s, h);
         for (int32_t j = 0; j < (hp.size + kPageTokens - 1) / kPageTokens; ++j) {
           const PageId p = hp.pages[j];
           if (p < 0 || p >= kv.total_pages()) return ::testing::AssertionFailure() << "page id " << p;

@@ -134,11 +134,11 @@ class WholePassBackend final : public Backend {
   }
   void swiglu(const float* g, const float* u, int64_t n, float* out) override { cpu_->swiglu(g, u, n, out); }
   void add(float* x, const float* y, int64_t n) override { cpu_->add(x, y, n); }
-  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
+  void attention(const float* q, const KvView& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
                  const AttentionParams& p, float* out) override {
     cpu_->attention(q, kv, layer, seq, pos, n, p, out);
   }
-  Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits, int32_t* greedy,
+  Result<bool> forward_model(const Model& model, const Batch& batch, const KvView& kv, float* logits, int32_t* greedy,
                              const QueryCapture* queries) override {
     (void)model, (void)greedy;
     if (!kv_) {

@@ -12,13 +12,12 @@
 #include "frugal/core/attention_params.h"
 #include "frugal/core/dtype.h"
 #include "frugal/core/status.h"
+#include "frugal/kv/kv_view.h"
 
 namespace frugal {
 
-class KvCache;
 class KvTokenStore;
 class Model;
-struct KvCacheOptions;
 struct Batch;
 
 // How a weight's bytes are arranged. kRows is GGUF's; the others are repacked once at load for
@@ -130,10 +129,11 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // x[i] += y[i].
   virtual void add(float* x, const float* y, int64_t n) = 0;
-  // Causal attention of each query token over the KV cache of its sequence:
+  // Causal attention of each query token over the KV cache of its sequence (read through its
+  // view: the cache itself stays the caller's):
   // q [n][n_head][head_dim]; token t belongs to seq[t] at position pos[t] and sees cached tokens
   // with position <= pos[t] (and > pos[t] - window when window > 0). out [n][n_head][head_dim].
-  virtual void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq,
+  virtual void attention(const float* q, const KvView& kv, int layer, const int32_t* seq,
                          const int32_t* pos, int64_t n, const AttentionParams& p, float* out) = 0;
 
   // A backend that keeps weights, activations and its own KV cache in device memory (cuda) runs
@@ -142,7 +142,7 @@ class Backend {
   // (core/greedy_token.h) and no logits (`logits` may then be null): a greedy step of
   // many sequences moves n_logits ids off the device rather than n_logits x n_vocab floats. With
   // `queries` it also copies those rows' queries of every layer there. The default declines.
-  virtual Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
+  virtual Result<bool> forward_model(const Model& model, const Batch& batch, const KvView& kv, float* logits,
                                      int32_t* greedy, const QueryCapture* queries) {
     (void)model, (void)batch, (void)kv, (void)logits, (void)greedy, (void)queries;
     return false;

@@ -32,7 +32,7 @@ class ForwardingBackend : public Backend {
   }
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_.swiglu(gate, up, n, out); }
   void add(float* x, const float* y, int64_t n) override { inner_.add(x, y, n); }
-  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
+  void attention(const float* q, const KvView& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
                  const AttentionParams& p, float* out) override {
     inner_.attention(q, kv, layer, seq, pos, n, p, out);
   }

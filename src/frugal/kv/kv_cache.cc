@@ -230,8 +230,8 @@ uint64_t KvCache::held_bytes() const {
   return reserved_bytes();
 }
 
-KvCache::HeadPages KvCache::head_pages(int layer, int seq, int head) const {
-  HeadPages hp;
+KvHeadPages KvCache::head_pages(int layer, int seq, int head) const {
+  KvHeadPages hp;
   if (quantized() || !paged_ || seq < 0 || seq >= opts_.n_seq) return hp;
   const TokenTable& t = paged_->tables[static_cast<size_t>(seq)];
   hp.k = k_.data();
@@ -244,12 +244,12 @@ KvCache::HeadPages KvCache::head_pages(int layer, int seq, int head) const {
 }
 
 const void* KvCache::key_row(int layer, int seq, int head, int32_t slot) const {
-  const HeadPages hp = head_pages(layer, seq, head);
+  const KvHeadPages hp = head_pages(layer, seq, head);
   return hp.k == nullptr || slot < 0 || slot >= hp.size ? nullptr : hp.k + hp.row_offset(slot);
 }
 
 const void* KvCache::value_row(int layer, int seq, int head, int32_t slot) const {
-  const HeadPages hp = head_pages(layer, seq, head);
+  const KvHeadPages hp = head_pages(layer, seq, head);
   return hp.v == nullptr || slot < 0 || slot >= hp.size ? nullptr : hp.v + hp.row_offset(slot);
 }
 
@@ -640,7 +640,7 @@ void KvCache::read_rows(int layer, int seq, int head, float* k, float* v) const 
   const size_t hd = static_cast<size_t>(opts_.head_dim);
   const int32_t n = size(layer, seq, head);
   if (!quantized()) {
-    const HeadPages hp = head_pages(layer, seq, head);
+    const KvHeadPages hp = head_pages(layer, seq, head);
     for (int which = 0; which < 2; ++which) {
       float* out = which == 0 ? k : v;
       if (out == nullptr) continue;
@@ -663,8 +663,8 @@ void KvCache::read_rows(int layer, int seq, int head, float* k, float* v) const 
   read_rows(layer, seq, head, 0, n, k, v);
 }
 
-KvCache::QuantHeadView KvCache::quant_view(int layer, int seq, int head) const {
-  QuantHeadView h;
+KvQuantHeadView KvCache::quant_view(int layer, int seq, int head) const {
+  KvQuantHeadView h;
   if (!quantized()) return h;
   const size_t i = static_cast<size_t>(index(layer, seq, head)), hd = static_cast<size_t>(opts_.head_dim);
   const size_t cap = static_cast<size_t>(opts_.capacity), groups = (cap + kKvGroup - 1) / kKvGroup;

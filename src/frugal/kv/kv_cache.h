@@ -29,28 +29,10 @@
 #include "frugal/core/zeroed_allocator.h"
 #include "frugal/core/status.h"
 #include "frugal/kv/kv_quant.h"
+#include "frugal/kv/kv_view.h"
 #include "frugal/kv/token_store.h"
 
 namespace frugal {
-
-using PageId = int32_t;  // as kv/page_pool.h (this header stays C++17 for the CUDA sources)
-
-struct KvCacheOptions {
-  int n_layer = 0;
-  int n_head_kv = 0;
-  int head_dim = 0;
-  int n_seq = 1;        // sequences that can be live at once (slot ids 0..n_seq-1)
-  int capacity = 0;     // most tokens per (layer, sequence, head)
-  // Unquantized caches: rows of one (layer, KV head) per page, and pages in the pool (0: enough for
-  // every sequence to reach `capacity` in every head, the reservation of a cache without a pool).
-  int32_t page_tokens = 32;
-  int64_t n_pages = 0;
-  DType dtype = DType::kF16;  // kF16 (as llama.cpp) or kF32; unused when quantized
-  KvQuant quant = KvQuant::kNone;
-  int residual = 0;           // FP16 rows per head for not yet quantized tokens; 0: 2 * kKvGroup
-                              // (hyquant: 2 * kKvGroup + 512, room for one prefill chunk)
-  float hot_ratio = 0.05f;    // hyquant: share of a head's quantized tokens kept in FP16
-};
 
 // Bytes create() reserves for these options (K and V with their scales, residual and hot rows; for
 // an unquantized cache, its pool of pages).
@@ -64,7 +46,7 @@ uint64_t kv_page_bytes(const KvCacheOptions& o);
 // `min_tokens` fit. The one conversion from a memory budget to tokens (run, eval and serve).
 Result<int32_t> kv_tokens_for_memory(const KvCacheOptions& o, uint64_t bytes, int32_t min_tokens = 1);
 
-class KvCache final : public KvTokenStore {
+class KvCache final : public KvTokenStore, public KvView {
  public:
   static Result<KvCache> create(const KvCacheOptions& opts);
   KvCache();
@@ -72,7 +54,7 @@ class KvCache final : public KvTokenStore {
   KvCache(KvCache&&) noexcept;
   KvCache& operator=(KvCache&&) noexcept;
 
-  const KvCacheOptions& options() const { return opts_; }
+  const KvCacheOptions& options() const override { return opts_; }
   // Bytes of K and V storage reserved (what the cache really costs).
   uint64_t reserved_bytes() const;
   // Bytes of K and V rows holding live tokens, of every sequence or of one.
@@ -85,23 +67,9 @@ class KvCache final : public KvTokenStore {
   int32_t size(int layer, int seq, int head) const override;
   // Positions of those tokens, in time order.
   const int32_t* positions(int layer, int seq, int head) const override;
-  bool quantized() const { return opts_.quant != KvQuant::kNone; }
   size_t row_bytes() const { return row_bytes_; }
 
-  // Where an unquantized head's rows are: slot s at k + (pages[s / page_tokens] * page_tokens +
-  // s % page_tokens) * row_bytes (v likewise), in options().dtype.
-  struct HeadPages {
-    const uint8_t* k = nullptr;
-    const uint8_t* v = nullptr;
-    const PageId* pages = nullptr;
-    int32_t page_tokens = 0;
-    size_t row_bytes = 0;
-    int32_t size = 0;
-    size_t row_offset(int32_t slot) const {
-      return (static_cast<size_t>(pages[slot / page_tokens]) * page_tokens + slot % page_tokens) * row_bytes;
-    }
-  };
-  HeadPages head_pages(int layer, int seq, int head) const;
+  KvHeadPages head_pages(int layer, int seq, int head) const override;
   // One row (unquantized caches only; nullptr otherwise or out of range).
   const void* key_row(int layer, int seq, int head, int32_t slot) const;
   const void* value_row(int layer, int seq, int head, int32_t slot) const;
@@ -138,29 +106,8 @@ class KvCache final : public KvTokenStore {
   // rows converted, quantized rows dequantized (FP16 copies where kept). Thread-safe.
   void read_rows(int layer, int seq, int head, float* k, float* v) const override;
   // Rows [begin, end) only, written from k[0] / v[0] ([end - begin][head_dim]); quantized caches.
-  void read_rows(int layer, int seq, int head, int32_t begin, int32_t end, float* k, float* v) const;
-  // The storage of one quantized head as it is, for kernels that dequantize it themselves (the CPU
-  // attention); read_rows() is their reference. Slots [0, cold) hold codes, [cold, size) FP16 rows;
-  // a hot slot (< cold) also has an FP16 copy, which read_rows() returns instead of its codes.
-  struct QuantHeadView {
-    int bits = 0;
-    int code_bytes = 0;                    // bytes of one row of codes
-    int32_t size = 0;
-    int32_t cold = 0;
-    const uint8_t* k_codes = nullptr;      // slot t at t * code_bytes
-    const uint16_t* k_params = nullptr;    // key group g at g * head_dim * 2: (step, min) per channel
-    const uint8_t* v_codes = nullptr;      // slot t at t * code_bytes
-    const uint16_t* v_params = nullptr;    // slot t at t * (head_dim / kKvGroup) * 2: (step, min) per group
-    // hbq (kv_quant.h): k_params and v_params hold slot t at t * hbq_words, per token.
-    int hbq_words = 0;
-    const uint16_t* k_residual = nullptr;  // slot t >= cold at (t - cold) * head_dim
-    const uint16_t* v_residual = nullptr;
-    int32_t hot_n = 0;
-    const int32_t* hot_slot = nullptr;     // [hot_n]
-    const uint16_t* hot_k = nullptr;       // row r at r * head_dim
-    const uint16_t* hot_v = nullptr;
-  };
-  QuantHeadView quant_view(int layer, int seq, int head) const;
+  void read_rows(int layer, int seq, int head, int32_t begin, int32_t end, float* k, float* v) const override;
+  KvQuantHeadView quant_view(int layer, int seq, int head) const override;
   // Tokens of one head held in FP16 (residual and hot rows); 0 when not quantized.
   int32_t fp16_tokens(int layer, int seq, int head) const;
   // hyquant: quantizes the residual of every head of (layer, seq) down to the recent window,

@@ -10,7 +10,7 @@
 #include "frugal/attention/tilemix/int8_tile.h"
 #include "frugal/backend/cpu/cpu_backend.h"
 #include "frugal/backend/cpu/simd_ops.h"
-#include "frugal/kv/kv_cache.h"
+#include "frugal/kv/kv_view.h"
 
 namespace frugal::cpu {
 namespace {
@@ -25,7 +25,7 @@ static_assert(sparse::kSparseBlock == kAttentionKeyBlock);
 struct AttentionJob {
   const float* q;
   float* out;
-  const KvCache* kv;
+  const KvView* kv;
   int layer;
   const int32_t* seq;
   const int32_t* pos;
@@ -44,7 +44,7 @@ struct AttentionJob {
 
 struct TileMixJob {
   const float* q;
-  const KvCache* kv;
+  const KvView* kv;
   int layer;
   const AttentionParams* p;
   const int32_t* pos;
@@ -89,7 +89,7 @@ void tilemix_route_task(void* ctx, int64_t b, int64_t e, int thread) {
 
 struct SparseSelectJob {
   const float* q;
-  const KvCache* kv;
+  const KvView* kv;
   int layer;
   const AttentionParams* p;
   const int32_t* pos;
@@ -131,8 +131,8 @@ void sparse_select_task(void* ctx, int64_t b, int64_t e, int thread) {
 // across the tile's rows, as it does an F16 block. Head sizes the SIMD loader does not take go
 // through read_rows, its reference.
 struct QuantHead {
-  const KvCache* kv;
-  KvCache::QuantHeadView view;
+  const KvView* kv;
+  KvQuantHeadView view;
   int layer, seq, head, head_dim;
 };
 
@@ -187,7 +187,7 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
         attention_tile(t, static_cast<float*>(j.scratch[thread].data()));
         continue;
       }
-      const KvCache::HeadPages hp = j.kv->head_pages(j.layer, s, it.group);
+      const KvHeadPages hp = j.kv->head_pages(j.layer, s, it.group);
       t.k = hp.k;
       t.v = hp.v;
       t.pages = hp.pages;
@@ -202,7 +202,7 @@ void attention_task(void* ctx, int64_t b, int64_t e, int thread) {
 // Whether the prefill chunk of sequence s at batch rows [t, e) sees exactly the keys of positions
 // [0, last query] in slot order in every KV head (no eviction, no window, min_keys at least): the
 // block-numbered methods (sparse prefill, TileMix) need slot j to hold position j.
-bool keys_in_position_order(const KvCache& kv, int layer, int s, const int32_t* pos, int64_t t, int64_t e,
+bool keys_in_position_order(const KvView& kv, int layer, int s, const int32_t* pos, int64_t t, int64_t e,
                             const AttentionParams& p, int64_t min_keys) {
   const KvCacheOptions& ko = kv.options();
   if (p.window != 0 || s < 0 || s >= ko.n_seq || layer < 0 || layer >= ko.n_layer || pos[t] < 0 ||
@@ -241,7 +241,7 @@ Status CpuBackend::set_tilemix(const tilemix::TileMixOptions& o) {
 // at least one block of consecutive tokens of one sequence whose keys are exactly positions
 // [0, last query] in slot order, with a head size the INT8 path takes; other chunks of 64 tokens
 // or more are counted as float fallbacks. Shorter runs (decode, verification) stay float.
-void CpuBackend::route_tilemix(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos,
+void CpuBackend::route_tilemix(const float* q, const KvView& kv, int layer, const int32_t* seq, const int32_t* pos,
                                int64_t n, const AttentionParams& p) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t min_keys = static_cast<int64_t>(tilemix_opts_.min_blocks) * sparse::kSparseBlock;
@@ -318,7 +318,7 @@ void CpuBackend::route_tilemix(const float* q, const KvCache& kv, int layer, con
 // when its keys are exactly positions [0, last query] in slot order (no eviction, no window) and
 // there are at least min_blocks blocks of them; other chunks of 64 tokens or more are counted as
 // dense fallbacks. Shorter runs (decode, verification) are left alone.
-void CpuBackend::select_sparse_blocks(const float* q, const KvCache& kv, int layer, const int32_t* seq,
+void CpuBackend::select_sparse_blocks(const float* q, const KvView& kv, int layer, const int32_t* seq,
                                       const int32_t* pos, int64_t n, const AttentionParams& p) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t min_keys = static_cast<int64_t>(sparse_opts_.min_blocks) * sparse::kSparseBlock;
@@ -376,7 +376,7 @@ void CpuBackend::select_sparse_blocks(const float* q, const KvCache& kv, int lay
   sparse_stats_.select_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-void CpuBackend::attention(const float* q, const KvCache& kv, int layer, const int32_t* seq,
+void CpuBackend::attention(const float* q, const KvView& kv, int layer, const int32_t* seq,
                            const int32_t* pos, int64_t n, const AttentionParams& p, float* out) {
   if (n <= 0 || p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0) return;
   if (p.n_head % p.n_head_kv != 0 || kv.options().head_dim != p.head_dim ||

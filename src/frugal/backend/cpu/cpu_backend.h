@@ -92,7 +92,7 @@ class CpuBackend final : public Backend {
             const RopeParams& p) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(float* x, const float* y, int64_t n) override;
-  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos,
+  void attention(const float* q, const KvView& kv, int layer, const int32_t* seq, const int32_t* pos,
                  int64_t n, const AttentionParams& p, float* out) override;
 
  private:
@@ -119,7 +119,7 @@ class CpuBackend final : public Backend {
   bool row_invariant_ = false;          // set_row_invariant()
   std::vector<AttentionItem> items_;
   // Sparse prefill: chooses the key blocks of prefill chunks (null: none, the dense path).
-  void select_sparse_blocks(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos,
+  void select_sparse_blocks(const float* q, const KvView& kv, int layer, const int32_t* seq, const int32_t* pos,
                             int64_t n, const AttentionParams& p);
   std::unique_ptr<sparse::PrefillSparsity> sparse_;
   sparse::PrefillSparseOptions sparse_opts_;
@@ -129,7 +129,7 @@ class CpuBackend final : public Backend {
   std::vector<float> sparse_keys_;  // the chunks' keys as floats, [n_k][head_dim] per SparseHead
   std::vector<uint8_t> sparse_masks_;
   // TileMix: routes prefill chunks' tiles to INT8 or float (null: off, every tile float).
-  void route_tilemix(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos,
+  void route_tilemix(const float* q, const KvView& kv, int layer, const int32_t* seq, const int32_t* pos,
                      int64_t n, const AttentionParams& p);
   std::unique_ptr<tilemix::TileRouter> tilemix_;
   tilemix::TileMixOptions tilemix_opts_;

@@ -260,7 +260,7 @@ void DequantHbqRows(const uint8_t* codes, const uint16_t* params, int code_bytes
   }
 }
 
-void DequantKvBlock(const KvCache::QuantHeadView& h, int dim, int32_t k0, int32_t nk, float* k, float* v) {
+void DequantKvBlock(const KvQuantHeadView& h, int dim, int32_t k0, int32_t nk, float* k, float* v) {
   const int32_t end = k0 + nk;
   const int32_t qend = std::min(end, h.cold);
   alignas(64) uint8_t tmp[kMaxQuantHeadDim];
@@ -635,7 +635,7 @@ void add(float* x, const float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Add)(x, y, 
 float dot_f32(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n); }
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(F16ToF32)(src, dst, n); }
 uint64_t read_xor(const uint64_t* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(ReadXor)(p, n); }
-void dequant_kv_block(const KvCache::QuantHeadView& h, int head_dim, int32_t k0, int32_t nk, float* k, float* v) {
+void dequant_kv_block(const KvQuantHeadView& h, int head_dim, int32_t k0, int32_t nk, float* k, float* v) {
   HWY_DYNAMIC_DISPATCH(DequantKvBlock)(h, head_dim, k0, nk, k, v);
 }
 void rope_token(float* x, int64_t n_heads, int64_t head_dim, int n_rot, bool neox,

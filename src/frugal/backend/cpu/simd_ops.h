@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "frugal/attention/tilemix/int8_tile.h"
-#include "frugal/kv/kv_cache.h"
+#include "frugal/kv/kv_view.h"
 
 namespace frugal::cpu {
 
@@ -69,7 +69,7 @@ struct AttentionTile {
 // values as KvCache::read_rows (codes, FP16 residual, FP16 copies of hot slots), converted a
 // vector at a time. head_dim must be a multiple of kKvGroup and at most kMaxQuantHeadDim.
 inline constexpr int kMaxQuantHeadDim = 512;
-void dequant_kv_block(const KvCache::QuantHeadView& h, int head_dim, int32_t k0, int32_t nk, float* k, float* v);
+void dequant_kv_block(const KvQuantHeadView& h, int head_dim, int32_t k0, int32_t nk, float* k, float* v);
 
 // Keys handled per step of the online softmax.
 inline constexpr int kAttentionKeyBlock = 64;

@@ -757,12 +757,12 @@ class CudaBackend final : public Backend {
   }
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override { cpu_->swiglu(gate, up, n, out); }
   void add(float* x, const float* y, int64_t n) override { cpu_->add(x, y, n); }
-  void attention(const float* q, const KvCache& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
+  void attention(const float* q, const KvView& kv, int layer, const int32_t* seq, const int32_t* pos, int64_t n,
                  const AttentionParams& p, float* out) override {
     cpu_->attention(q, kv, layer, seq, pos, n, p, out);
   }
 
-  Result<bool> forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
+  Result<bool> forward_model(const Model& model, const Batch& batch, const KvView& kv, float* logits,
                              int32_t* greedy, const QueryCapture* queries) override;
   bool keeps_queries(int n_head, int n_head_kv, int32_t ring_rows) const override {
     return opts_.query_ring && ring_rows > 0 && n_head_kv > 0 && n_head % n_head_kv == 0 &&
@@ -1327,7 +1327,7 @@ cudaGraphExec_t CudaBackend::capture(int n, int n_out) {
   return exec;
 }
 
-Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, KvCache& kv, float* logits,
+Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, const KvView& kv, float* logits,
                                         int32_t* greedy, const QueryCapture* queries) {
   if (kv.quantized()) {
     return fail(ErrorCode::kNotSupported, "cuda: quantized KV caches run on the CPU backend only");
