@@ -1,5 +1,7 @@
 #include "frugal/decode/sampler.h"
 
+#include "frugal/core/hash.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,17 +46,10 @@ float sanitize(float x) {
   return x == x ? clamped : kNegInf;
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t seed_from_clock() {
   const auto wall = std::chrono::system_clock::now().time_since_epoch().count();
   const auto mono = std::chrono::steady_clock::now().time_since_epoch().count();
-  uint64_t s = splitmix64(static_cast<uint64_t>(wall) ^ splitmix64(static_cast<uint64_t>(mono)));
+  uint64_t s = mix64(static_cast<uint64_t>(wall) ^ mix64(static_cast<uint64_t>(mono)));
   return s == kSeedFromTime ? 0 : s;
 }
 

@@ -11,10 +11,9 @@
 
 #include "frugal/core/greedy_token.h"
 #include "frugal/core/status.h"
+#include "frugal/core/token_id.h"
 
 namespace frugal {
-
-using TokenId = int32_t;  // same alias as tokenize/tokenizer.h
 
 // A seed value that asks the sampler to take its seed from the clock (Sampler::seed() reports
 // the one it took, so a response can echo it and a run can be replayed).

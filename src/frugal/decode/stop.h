@@ -12,10 +12,9 @@
 #include <vector>
 
 #include "frugal/core/status.h"
+#include "frugal/core/token_id.h"
 
 namespace frugal {
-
-using TokenId = int32_t;  // same alias as tokenize/tokenizer.h
 
 // Values are frozen: they reach logs and the wire.
 enum class StopReason : int {

@@ -34,10 +34,10 @@
 #include <vector>
 
 #include "frugal/core/status.h"
+#include "frugal/core/token_id.h"
 
 namespace frugal {
 
-using TokenId = int32_t;
 using SeqId = int64_t;
 
 struct SchedulerOptions {

@@ -6,14 +6,6 @@ namespace {
 inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
 
-uint64_t splitmix64_next(uint64_t& state) {
-  state += 0x9E3779B97F4A7C15ULL;
-  uint64_t z = state;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 uint64_t fnv1a64(std::string_view text) {
   uint64_t h = 0xCBF29CE484222325ULL;
   for (unsigned char c : text) {

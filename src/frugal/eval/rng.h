@@ -7,10 +7,9 @@
 #include <string_view>
 #include <vector>
 
-namespace frugal::eval {
+#include "frugal/core/hash.h"  // splitmix64_next
 
-// One step of splitmix64 (Steele, Lea, Flood 2014): advances `state` and returns the mixed value.
-uint64_t splitmix64_next(uint64_t& state);
+namespace frugal::eval {
 
 // FNV-1a, 64-bit: turns a family name into a seed component.
 uint64_t fnv1a64(std::string_view text);

@@ -11,13 +11,12 @@
 
 #include "frugal/backend/backend.h"
 #include "frugal/core/status.h"
+#include "frugal/core/token_id.h"
 #include "frugal/format/gguf.h"
 #include "frugal/kv/attention_observer.h"
 #include "frugal/kv/kv_cache.h"
 
 namespace frugal {
-
-using TokenId = int32_t;
 
 struct ModelConfig {
   std::string arch;         // general.architecture

@@ -5,19 +5,14 @@
 #include <cstdint>
 #include <string_view>
 
-namespace frugal::synth {
+#include "frugal/core/hash.h"  // splitmix64_next
 
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+namespace frugal::synth {
 
 // Mixes several values into one seed.
 inline uint64_t mix_seed(uint64_t a, uint64_t b) {
   uint64_t s = a ^ (b * 0xD1B54A32D192ED03ull);
-  return splitmix64(s);
+  return splitmix64_next(s);
 }
 
 inline uint64_t hash_name(std::string_view s) {  // FNV-1a
@@ -30,7 +25,7 @@ inline uint64_t hash_name(std::string_view s) {  // FNV-1a
 class Rng {
  public:
   explicit Rng(uint64_t seed) {
-    for (auto& w : s_) w = splitmix64(seed);
+    for (auto& w : s_) w = splitmix64_next(seed);
   }
   uint64_t next() {
     const uint64_t result = rotl(s_[1] * 5, 7) * 9;

@@ -10,12 +10,11 @@
 #include <vector>
 
 #include "frugal/core/status.h"
+#include "frugal/core/token_id.h"
 
 namespace frugal {
 
 class GgufFile;
-
-using TokenId = int32_t;
 
 struct TokenizeOptions {
   bool add_special = true;     // add BOS (and EOS) as the metadata says

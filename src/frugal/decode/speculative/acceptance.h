@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <span>
 
-namespace frugal::speculative {
+#include "frugal/core/token_id.h"
 
-using TokenId = int32_t;
+namespace frugal::speculative {
 
 // True when draft token `x` is kept: u < p(x) / q(x), u uniform in [0, 1). `q` empty: x was
 // proposed with certainty (q(x) = 1).

@@ -36,10 +36,9 @@
 #include <vector>
 
 #include "frugal/core/status.h"
+#include "frugal/core/token_id.h"
 
 namespace frugal::speculative {
-
-using TokenId = int32_t;
 
 // Values are frozen (logs and the request record name them).
 enum class CandidateRule : int {

@@ -5,26 +5,20 @@
 #include <utility>
 #include <vector>
 
+#include "frugal/core/hash.h"
 #include "frugal/kv/policies/policy.h"
 
 namespace frugal {
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Uniform in [0, n) without modulo bias (Lemire's multiply-and-reject).
 uint32_t below(uint64_t& state, uint32_t n) {
-  uint64_t m = static_cast<uint64_t>(static_cast<uint32_t>(splitmix64(state))) * n;
+  uint64_t m = static_cast<uint64_t>(static_cast<uint32_t>(splitmix64_next(state))) * n;
   auto low = static_cast<uint32_t>(m);
   if (low < n) {
     const uint32_t threshold = (0u - n) % n;
     while (low < threshold) {
-      m = static_cast<uint64_t>(static_cast<uint32_t>(splitmix64(state))) * n;
+      m = static_cast<uint64_t>(static_cast<uint32_t>(splitmix64_next(state))) * n;
       low = static_cast<uint32_t>(m);
     }
   }
