@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 
+#include "frugal/quant/blocks.h"
 #include "frugal/quant/reference.h"
 #include "frugal/quant/simd_kernels.h"
 #include "frugal/quant/simd_targets.h"
@@ -251,6 +253,58 @@ TEST_P(QuantKernels, Q4_0PanelGemmMatchesReference) {
             << "n=" << n << " r=" << r << " c=" << c << " ref=" << ref << " got=" << got;
       }
       // Rows past the last are left alone.
+      for (size_t r = static_cast<size_t>(sh.rows); r < ldy; ++r) ASSERT_EQ(y[c * ldy + r], -1.f);
+    }
+  }
+}
+
+// Packed Q8_0 panels (codes stored plus 128) against Q8 group activations, on fresh random rows
+// (the seed is printed on failure): the same shapes as the Q4_0 panels, every (row, activation
+// row) against the Q8_0 x Q8_0 reference dot.
+TEST_P(QuantKernels, Q8_0PanelGemmMatchesReference) {
+  const TypeTraits* t8 = type_traits(DType::kQ8_0);
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  struct Shape {
+    int64_t blocks, rows, cols;
+  };
+  for (const Shape sh : {Shape{1, 5, 1}, Shape{9, 37, 11}, Shape{28, 16, 8}, Shape{8, 33, 17}}) {
+    const int64_t n = sh.blocks * 32;
+    const size_t bx = static_cast<size_t>(row_bytes(DType::kQ8_0, n));
+    const size_t bg = static_cast<size_t>(quant::fast::q8_group_bytes(n));
+    std::vector<uint8_t> xs, ys, gs(bg * static_cast<size_t>(sh.cols));
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      const auto q = quantize(DType::kQ8_0, t8->from_float_ref, random_row(n, seed + static_cast<uint32_t>(300 + r + n)));
+      xs.insert(xs.end(), q.begin(), q.end());
+    }
+    // One row at the extremes of the codes (-127 and 127 in every block).
+    for (int64_t b = 0; b < sh.blocks; ++b) {
+      auto* blk = reinterpret_cast<quant::BlockQ8_0*>(xs.data()) + b;
+      for (int j = 0; j < 32; ++j) blk->qs[j] = static_cast<int8_t>(j % 2 == 0 ? 127 : -127);
+    }
+    for (int64_t c = 0; c < sh.cols; ++c) {
+      const auto f = random_row(n, seed + static_cast<uint32_t>(700 + c + n));
+      const auto q = quantize(DType::kQ8_0, t8->from_float_ref, f);
+      ys.insert(ys.end(), q.begin(), q.end());
+      quant::fast::from_float_q8_group(f.data(), gs.data() + c * bg, n);
+    }
+    std::vector<uint8_t> panels(static_cast<size_t>(quant::fast::q4_0_panels_bytes(sh.rows, n)));
+    quant::fast::pack_q8_0_panels(xs.data(), bx, sh.rows, n, panels.data());
+    const size_t ldy = static_cast<size_t>(sh.rows) + 3;
+    std::vector<float> y(ldy * static_cast<size_t>(sh.cols), -1.f);
+    quant::fast::gemm_q8_0_panels(n, panels.data(), sh.rows, gs.data(), bg, sh.cols, y.data(), ldy);
+    for (int64_t c = 0; c < sh.cols; ++c) {
+      const std::vector<uint8_t> qy(ys.begin() + c * bx, ys.begin() + (c + 1) * bx);
+      const auto dy = dequantize(t8->to_float_ref, qy, n);
+      for (int64_t r = 0; r < sh.rows; ++r) {
+        const std::vector<uint8_t> qx(xs.begin() + r * bx, xs.begin() + (r + 1) * bx);
+        const double scale = abs_dot_f64(dequantize(t8->to_float_ref, qx, n), dy) + 1e-30;
+        float ref = 0.f;
+        t8->vec_dot_ref(n, &ref, qx.data(), qy.data());
+        const float got = y[c * ldy + r];
+        ASSERT_LE(std::fabs(got - ref) / scale, kernel_tolerance(n))
+            << "n=" << n << " r=" << r << " c=" << c << " ref=" << ref << " got=" << got;
+      }
       for (size_t r = static_cast<size_t>(sh.rows); r < ldy; ++r) ASSERT_EQ(y[c * ldy + r], -1.f);
     }
   }

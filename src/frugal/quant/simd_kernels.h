@@ -122,7 +122,7 @@ FRUGAL_FAST_VEC_DOT(q4_0_q8_group);
 // the Q8_0 path).
 bool q4_0_q8_group_is_wide();
 
-// simd_q4_0_gemm.cc: Q4_0 rows against many activation rows in the Q8 group layout (prefill),
+// simd_q4_0_gemm.cc: Q4_0 (and Q8_0) rows against many activation rows in the Q8 group layout (prefill),
 // as an int8 product with AVX-512 VNNI. Weight rows are first packed in panels of 16 rows:
 // per block, the 16 row scales (float) and the codes (0..15) as 8 steps of 16 rows x 4 bytes,
 // so one 512-bit register holds 4 codes of each of 16 rows. Rows past `rows` are zero.
@@ -133,7 +133,11 @@ void pack_q4_0_panels(const void* x, size_t bx, int64_t rows, int64_t n, void* d
 // activation row c starts at act + c * act_stride bytes.
 void gemm_q4_0_panels(int64_t n, const void* panels, int64_t rows, const void* act,
                       size_t act_stride, int64_t ncols, float* y, size_t ldy);
-// Whether gemm_q4_0_panels runs the VNNI kernel here (else a scalar loop).
+// Q8_0 rows in the same panels (q4_0_panels_bytes of them), each code stored plus 128.
+void pack_q8_0_panels(const void* x, size_t bx, int64_t rows, int64_t n, void* dst);
+void gemm_q8_0_panels(int64_t n, const void* panels, int64_t rows, const void* act,
+                      size_t act_stride, int64_t ncols, float* y, size_t ldy);
+// Whether gemm_q4_0_panels and gemm_q8_0_panels run the VNNI kernel here (else a scalar loop).
 bool q4_0_panels_are_fast();
 
 // simd_q4_0x8.cc: Q4_0 rows repacked in groups of 8 for one-token products (AVX2). A group of 8

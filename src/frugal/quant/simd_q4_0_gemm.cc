@@ -1,9 +1,10 @@
-// Q4_0 x Q8 group products for many activation rows (prefill), as an int8 GEMM.
+// Q4_0 and Q8_0 x Q8 group products for many activation rows (prefill), as an int8 GEMM.
 //
-// Why: expanding Q4_0 to F32 and running a float GEMM costs the same for every weight type; the
-// integer product does 64 multiply-adds per VNNI instruction (vpdpbusd: u8 x i8, 4 per int32
-// lane) against 16 per float FMA. The weight codes stay unsigned (0..15); the -8 of Q4_0 enters
-// as the int32 start value -8 * sum(y) of each block's accumulator, so the block sum is exact.
+// Why: expanding the weights to F32 and running a float GEMM costs the same for every weight
+// type; the integer product does 64 multiply-adds per VNNI instruction (vpdpbusd: u8 x i8, 4 per
+// int32 lane) against 16 per float FMA. The weight codes are stored unsigned with an offset K
+// (Q4_0: its codes 0..15, K = 8; Q8_0: its codes -127..127 plus K = 128); the offset enters as the
+// int32 start value -K * sum(y) of each block's accumulator, so the block sum is exact.
 //
 // Panels (simd_kernels.h): one 512-bit register holds 4 codes of each of 16 rows, so a block of
 // 16 rows is 8 registers, each multiplied by one broadcast 4-byte piece of an activation block;
@@ -50,8 +51,9 @@ namespace frugal::quant::HWY_NAMESPACE {
 using fast::Q8Group;
 
 // The plain definition: every (row, activation row) pair from the panels.
+// `k16`: the code offset K in units of 8 (1 for Q4_0, 16 for Q8_0); Q8Group::o is -8 * sum(y).
 HWY_INLINE void gemm_scalar(int64_t n, const uint8_t* panels, int64_t rows, const uint8_t* act,
-                            size_t act_stride, int64_t ncols, float* y, size_t ldy) {
+                            size_t act_stride, int64_t ncols, float* y, size_t ldy, int32_t k16) {
   const int64_t nb = n / kQK;
   for (int64_t c = 0; c < ncols; ++c) {
     const auto* g = reinterpret_cast<const Q8Group*>(act + c * act_stride);
@@ -63,7 +65,7 @@ HWY_INLINE void gemm_scalar(int64_t n, const uint8_t* panels, int64_t rows, cons
         const uint8_t* pk = p + kb * panel::kBlockBytes;
         const Q8Group& gi = g[kb / 8];
         const int8_t* q = gi.qs + (kb % 8) * kQK;
-        int32_t si = gi.o[kb % 8];
+        int32_t si = gi.o[kb % 8] * k16;
         for (int s = 0; s < 8; ++s) {
           const uint8_t* w = pk + panel::kScaleBytes + (s * 16 + lane) * 4;
           for (int j = 0; j < 4; ++j) si += w[j] * q[4 * s + j];
@@ -83,7 +85,7 @@ HWY_INLINE void gemm_scalar(int64_t n, const uint8_t* panels, int64_t rows, cons
 
 template <int NC>
 FRUGAL_Q4P_VNNI void panel_tile(int64_t nb, const uint8_t* panel, const uint8_t* act,
-                                size_t act_stride, float* y, size_t ldy, __mmask16 rmask) {
+                                size_t act_stride, float* y, size_t ldy, __mmask16 rmask, int32_t k16) {
   __m512 acc[NC];
   const Q8Group* g[NC];
   for (int c = 0; c < NC; ++c) {
@@ -100,7 +102,7 @@ FRUGAL_Q4P_VNNI void panel_tile(int64_t nb, const uint8_t* panel, const uint8_t*
     for (int c = 0; c < NC; ++c) {
       const Q8Group& gc = g[c][gi];
       const int8_t* q = gc.qs + bi * kQK;
-      __m512i ia = _mm512_set1_epi32(gc.o[bi]);
+      __m512i ia = _mm512_set1_epi32(gc.o[bi] * k16);
       for (int s = 0; s < 8; ++s) {
         int32_t v;
         std::memcpy(&v, q + 4 * s, 4);
@@ -114,7 +116,7 @@ FRUGAL_Q4P_VNNI void panel_tile(int64_t nb, const uint8_t* panel, const uint8_t*
 }
 
 using PanelTileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, float*, size_t,
-                             __mmask16);
+                             __mmask16, int32_t);
 
 bool cpu_has_vnni() {
   static const bool has = [] {
@@ -124,12 +126,12 @@ bool cpu_has_vnni() {
   return has;
 }
 
-void GemmQ4_0Panels(int64_t n, const void* vpanels, int64_t rows, const void* vact,
-                    size_t act_stride, int64_t ncols, float* y, size_t ldy) {
+void GemmPanels(int64_t n, const void* vpanels, int64_t rows, const void* vact,
+                size_t act_stride, int64_t ncols, float* y, size_t ldy, int32_t k16) {
   const auto* panels = static_cast<const uint8_t*>(vpanels);
   const auto* act = static_cast<const uint8_t*>(vact);
   if (!cpu_has_vnni()) {
-    gemm_scalar(n, panels, rows, act, act_stride, ncols, y, ldy);
+    gemm_scalar(n, panels, rows, act, act_stride, ncols, y, ldy, k16);
     return;
   }
   static constexpr PanelTileFn kTiles[panel::kTileCols] = {
@@ -145,7 +147,7 @@ void GemmQ4_0Panels(int64_t n, const void* vpanels, int64_t rows, const void* va
       const __mmask16 rmask =
           left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
       kTiles[nc - 1](nb, panels + p * nb * panel::kBlockBytes, act + c0 * act_stride, act_stride,
-                     y + c0 * ldy + p * 16, ldy, rmask);
+                     y + c0 * ldy + p * 16, ldy, rmask, k16);
     }
   }
 }
@@ -154,10 +156,10 @@ bool IsFast() { return cpu_has_vnni(); }
 
 #else
 
-void GemmQ4_0Panels(int64_t n, const void* panels, int64_t rows, const void* act,
-                    size_t act_stride, int64_t ncols, float* y, size_t ldy) {
+void GemmPanels(int64_t n, const void* panels, int64_t rows, const void* act,
+                size_t act_stride, int64_t ncols, float* y, size_t ldy, int32_t k16) {
   gemm_scalar(n, static_cast<const uint8_t*>(panels), rows, static_cast<const uint8_t*>(act),
-              act_stride, ncols, y, ldy);
+              act_stride, ncols, y, ldy, k16);
 }
 
 bool IsFast() { return false; }
@@ -170,7 +172,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace frugal::quant::fast {
 
-HWY_EXPORT(GemmQ4_0Panels);
+HWY_EXPORT(GemmPanels);
 HWY_EXPORT(IsFast);
 
 int64_t q4_0_panels_bytes(int64_t rows, int64_t n) {
@@ -211,9 +213,41 @@ void pack_q4_0_panels(const void* vx, size_t bx, int64_t rows, int64_t n, void* 
   }
 }
 
+void pack_q8_0_panels(const void* vx, size_t bx, int64_t rows, int64_t n, void* dst) {
+  const auto* x = static_cast<const uint8_t*>(vx);
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t nb = n / kQK;
+  const int64_t n_panels = (rows + kQ4PanelRows - 1) / kQ4PanelRows;
+  for (int64_t p = 0; p < n_panels; ++p) {
+    for (int64_t kb = 0; kb < nb; ++kb) {
+      uint8_t* pk = out + (p * nb + kb) * panel::kBlockBytes;
+      float d[kQ4PanelRows];
+      for (int r = 0; r < kQ4PanelRows; ++r) {
+        const int64_t row = p * kQ4PanelRows + r;
+        uint8_t code[kQK];
+        d[r] = 0.f;
+        std::memset(code, 128, sizeof(code));  // a zero row: codes of 0 (times a zero scale)
+        if (row < rows) {
+          const auto& b = reinterpret_cast<const BlockQ8_0*>(x + row * bx)[kb];
+          d[r] = fp16_to_f32(b.d);
+          for (int j = 0; j < kQK; ++j) code[j] = static_cast<uint8_t>(b.qs[j] + 128);
+        }
+        // Step s holds elements 4s..4s+3, in order.
+        for (int s = 0; s < 8; ++s) std::memcpy(pk + panel::kScaleBytes + (s * kQ4PanelRows + r) * 4, code + 4 * s, 4);
+      }
+      std::memcpy(pk, d, sizeof(d));
+    }
+  }
+}
+
 void gemm_q4_0_panels(int64_t n, const void* panels, int64_t rows, const void* act,
                       size_t act_stride, int64_t ncols, float* y, size_t ldy) {
-  HWY_DYNAMIC_DISPATCH(GemmQ4_0Panels)(n, panels, rows, act, act_stride, ncols, y, ldy);
+  HWY_DYNAMIC_DISPATCH(GemmPanels)(n, panels, rows, act, act_stride, ncols, y, ldy, 1);
+}
+
+void gemm_q8_0_panels(int64_t n, const void* panels, int64_t rows, const void* act,
+                      size_t act_stride, int64_t ncols, float* y, size_t ldy) {
+  HWY_DYNAMIC_DISPATCH(GemmPanels)(n, panels, rows, act, act_stride, ncols, y, ldy, 16);
 }
 
 bool q4_0_panels_are_fast() { return HWY_DYNAMIC_DISPATCH(IsFast)(); }

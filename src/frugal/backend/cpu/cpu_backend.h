@@ -104,8 +104,8 @@ class CpuBackend final : public Backend {
                     const float* bias);
   // matmul of a batch whose every row equals the one-token product (set_row_invariant).
   void matmul_row_invariant(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias);
-  // Q4_0 prefill through the int8 VNNI panels (quant/simd_q4_0_gemm.cc), from either layout.
-  void matmul_q4_0_panels(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias);
+  // Q4_0 (either layout) and Q8_0 prefill through the int8 VNNI panels (quant/simd_q4_0_gemm.cc).
+  void matmul_int8_panels(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias);
   // matmul of Q4_0 weights in the 8-row group layout.
   void matmul_q4_0x8(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias);
   // matmul through to_float + float dots, for types without a dot kernel.

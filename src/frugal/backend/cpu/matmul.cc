@@ -12,6 +12,9 @@
 //   throughput wins over the integer and half-precision kernels; the result is also closer to
 //   exact (activations are not rounded to vec_dot_type);
 // - dequantize (types without a dot kernel): rows through to_float and float dots.
+// Q4_0 and Q8_0 batches of 16 tokens or more take an int8 GEMM instead of the float path where
+// the CPU has AVX-512 VNNI (matmul_int8_panels: activations rounded to Q8_0 as for decode, 64
+// multiply-adds an instruction against the float kernel's 16).
 // Weights repacked at load (WeightLayout, backend/cpu/repack.h) have their own small-batch path
 // (Q4_0 in 8-row groups: matmul_q4_0x8) and expand whole groups on the float path. (Streaming 4
 // F16 rows at once against an F32 activation row was also tried for decode: 1.8x faster while the
@@ -123,6 +126,7 @@ struct Q4PanelJob {
   int64_t br;
   const AlignedBuffer* scratch;  // [thread]: one block of panels (then, for q4_0x8, its rows)
   bool q4_0x8 = false;           // weights in 8-row groups: a block's groups are unpacked first
+  bool q8_0 = false;             // Q8_0 rows (else Q4_0)
   size_t panel_bytes = 0;        // offset of the unpacked rows in the scratch
 };
 
@@ -139,9 +143,15 @@ void q4_panel_task(void* ctx, int64_t b, int64_t e, int thread) {
       quant::fast::unpack_q4_0x8(rows, (r1 - r0) / quant::fast::kQ4x8Rows, j.k, unpacked);
       rows = unpacked;
     }
-    quant::fast::pack_q4_0_panels(rows, j.w_stride, r1 - r0, j.k, panels);
-    quant::fast::gemm_q4_0_panels(j.k, panels, r1 - r0, j.act, j.act_stride, j.n, j.y + r0,
-                                  static_cast<size_t>(j.rows));
+    if (j.q8_0) {
+      quant::fast::pack_q8_0_panels(rows, j.w_stride, r1 - r0, j.k, panels);
+      quant::fast::gemm_q8_0_panels(j.k, panels, r1 - r0, j.act, j.act_stride, j.n, j.y + r0,
+                                    static_cast<size_t>(j.rows));
+    } else {
+      quant::fast::pack_q4_0_panels(rows, j.w_stride, r1 - r0, j.k, panels);
+      quant::fast::gemm_q4_0_panels(j.k, panels, r1 - r0, j.act, j.act_stride, j.n, j.y + r0,
+                                    static_cast<size_t>(j.rows));
+    }
     if (j.bias != nullptr) {
       for (int64_t c = 0; c < j.n; ++c) add(j.y + c * j.rows + r0, j.bias + r0, r1 - r0);
     }
@@ -377,8 +387,8 @@ void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float*
     matmul_q4_0x8(w, x, n, y, bias);
     return;
   }
-  if (w.type == DType::kQ4_0 && n >= min_tokens && quant::fast::q4_0_panels_are_fast()) {
-    matmul_q4_0_panels(w, x, n, y, bias);
+  if ((w.type == DType::kQ4_0 || w.type == DType::kQ8_0) && n >= min_tokens && quant::fast::q4_0_panels_are_fast()) {
+    matmul_int8_panels(w, x, n, y, bias);
     return;
   }
   if (n >= min_tokens && tt != nullptr && tt->to_float != nullptr) {
@@ -431,7 +441,7 @@ void CpuBackend::matmul(const WeightTensor& w, const float* x, int64_t n, float*
   pool_.dispatch(native_task, &j, ceil_div(j.rows, j.br), 1);
 }
 
-void CpuBackend::matmul_q4_0_panels(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
+void CpuBackend::matmul_int8_panels(const WeightTensor& w, const float* x, int64_t n, float* y, const float* bias) {
   Q4PanelJob j;
   j.w = static_cast<const uint8_t*>(w.data);
   j.w_stride = w.row_stride;
@@ -452,6 +462,7 @@ void CpuBackend::matmul_q4_0_panels(const WeightTensor& w, const float* x, int64
   const int64_t cap = std::clamp<int64_t>(kQ4PanelBlockBytes / row_bytes_packed, 16, kQ4PanelMaxRows);
   j.br = plan_block_rows(w.rows, cap, quant::fast::kQ4PanelRows, pool_.size());
   j.q4_0x8 = w.layout == WeightLayout::kQ4_0x8;
+  j.q8_0 = w.type == DType::kQ8_0;
   j.panel_bytes = static_cast<size_t>(quant::fast::q4_0_panels_bytes(j.br, w.cols) + 63) / 64 * 64;
   ensure_thread_scratch(j.panel_bytes + (j.q4_0x8 ? static_cast<size_t>(j.br) * w.row_stride : 0));
   j.scratch = scratch_.data();
@@ -462,7 +473,7 @@ void CpuBackend::matmul_q4_0x8(const WeightTensor& w, const float* x, int64_t n,
   if (n >= kQuantFloatPathMinTokens) {
     // Prefill: the int8 panels where they run VNNI (AVX-512), else whole groups expanded to floats.
     if (quant::fast::q4_0_panels_are_fast()) {
-      matmul_q4_0_panels(w, x, n, y, bias);
+      matmul_int8_panels(w, x, n, y, bias);
     } else {
       matmul_float(w, type_traits(w.type), x, n, y, bias);
     }
