@@ -1,7 +1,6 @@
 // Bad input through the real `frugal` binary: every case must exit non-zero with exactly one
 // line on stderr that names the problem, and must not die of a signal.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -54,6 +53,12 @@ class CliBadInput : public ::testing::Test {
     EXPECT_TRUE(w.write(p).ok());
     return p;
   }
+  // Writes `bytes` into a new file of the suite's folder (removed with it).
+  static std::string write_bytes(const std::string& name, const std::string& bytes) {
+    const std::string p = (*dir_ / name).string();
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
   static inline TinyModelDir* tiny_ = nullptr;
   static inline fs::path* dir_ = nullptr;
   static inline std::string* good_ = nullptr;
@@ -85,12 +90,6 @@ std::string tiny_gguf_with_tensor(uint64_t dim0, uint64_t dim1, uint32_t type, u
   while (b.size() % 32) b.push_back('\0');
   b.append(256, '\x11');
   return b;
-}
-
-std::string write_bytes(const std::string& name, const std::string& bytes) {
-  const fs::path p = fs::temp_directory_path() / (std::to_string(getpid()) + "_" + name);
-  std::ofstream(p, std::ios::binary) << bytes;
-  return p.string();
 }
 
 TEST_F(CliBadInput, GoodModelRuns) {
