@@ -1,4 +1,4 @@
-// Three kernels, each small next to a decode step: the softmax weights of every recorded query of
+// The kernels of a round, each small next to a decode step: the softmax weights of every recorded query of
 // every query head over its KV head's slots (one block per query and KV head, a thread per key,
 // the group's query heads sharing each key load), their sums per slot (a column of threads per 32
 // slots, each summing a contiguous share of the rows, the shares added in the reference's order:
@@ -12,7 +12,7 @@
 namespace frugal::cuda {
 namespace {
 
-constexpr int kScoreThreads = 128;
+constexpr int kProbsThreads = 128;
 constexpr int kSumSlots = 32;  // round_sums_kernel: slots of a block (a warp's coalesced load)
 constexpr int kSumParts = 8;   // and the row shares of each slot
 constexpr int kSimThreads = 256;
@@ -34,7 +34,7 @@ __device__ __forceinline__ void softmax_merge(float& m, float& z, float m2, floa
 __global__ void round_probs_kernel(RoundStatsDev a) {
   pdl_wait();
   extern __shared__ float sq[];  // [n_rep][head_dim]
-  __shared__ float part_m[kScoreThreads / 32][kRoundStatsMaxRep], part_z[kScoreThreads / 32][kRoundStatsMaxRep];
+  __shared__ float part_m[kProbsThreads / 32][kRoundStatsMaxRep], part_z[kProbsThreads / 32][kRoundStatsMaxRep];
   __shared__ float row_max[kRoundStatsMaxRep], row_inv[kRoundStatsMaxRep];
   const int j = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int hd = a.head_dim, n_rep = a.n_rep;
@@ -275,7 +275,7 @@ void launch_round_stats(const RoundStatsDev& a, cudaStream_t s) {
   if (a.nq > 0 && a.n > 0) {
     const size_t smem = sizeof(float) * static_cast<size_t>(a.n_rep) * a.head_dim;
     launch_kernel("round_probs_kernel", round_probs_kernel,
-                  dim3(static_cast<unsigned>(a.nq), static_cast<unsigned>(a.n_head_kv)), dim3(kScoreThreads), smem, s, a);
+                  dim3(static_cast<unsigned>(a.nq), static_cast<unsigned>(a.n_head_kv)), dim3(kProbsThreads), smem, s, a);
     launch_kernel("round_sums_kernel", round_sums_kernel,
                   dim3(static_cast<unsigned>((a.n + kSumSlots - 1) / kSumSlots), static_cast<unsigned>(a.n_head_kv)),
                   dim3(kSumSlots, kSumParts), 0, s, a);
