@@ -179,43 +179,14 @@ int64_t q4_0_panels_bytes(int64_t rows, int64_t n) {
   return (rows + kQ4PanelRows - 1) / kQ4PanelRows * (n / kQK) * panel::kBlockBytes;
 }
 
-void pack_q4_0_panels(const void* vx, size_t bx, int64_t rows, int64_t n, void* dst) {
-  const auto* x = static_cast<const uint8_t*>(vx);
-  auto* out = static_cast<uint8_t*>(dst);
-  const int64_t nb = n / kQK;
-  const int64_t n_panels = (rows + kQ4PanelRows - 1) / kQ4PanelRows;
-  for (int64_t p = 0; p < n_panels; ++p) {
-    for (int64_t kb = 0; kb < nb; ++kb) {
-      uint8_t* pk = out + (p * nb + kb) * panel::kBlockBytes;
-      float d[kQ4PanelRows];
-      for (int r = 0; r < kQ4PanelRows; ++r) {
-        const int64_t row = p * kQ4PanelRows + r;
-        uint32_t code[8] = {};
-        d[r] = 0.f;
-        if (row < rows) {
-          const auto& b = reinterpret_cast<const BlockQ4_0*>(x + row * bx)[kb];
-          d[r] = fp16_to_f32(b.d);
-          // Byte j holds element j (low nibble) and j + 16 (high): step s < 4 takes the low
-          // nibbles of bytes 4s..4s+3, step s + 4 their high nibbles.
-          for (int s = 0; s < 4; ++s) {
-            uint32_t v;
-            std::memcpy(&v, b.qs + 4 * s, 4);
-            code[s] = v & 0x0F0F0F0Fu;
-            code[s + 4] = (v >> 4) & 0x0F0F0F0Fu;
-          }
-        }
-        for (int s = 0; s < 8; ++s) {
-          std::memcpy(pk + panel::kScaleBytes + (s * kQ4PanelRows + r) * 4, &code[s], 4);
-        }
-      }
-      std::memcpy(pk, d, sizeof(d));
-    }
-  }
-}
+namespace {
 
-void pack_q8_0_panels(const void* vx, size_t bx, int64_t rows, int64_t n, void* dst) {
-  const auto* x = static_cast<const uint8_t*>(vx);
-  auto* out = static_cast<uint8_t*>(dst);
+// The panels of `rows` rows of one block type: `block_codes(row, kb, code)` writes the 32 codes of
+// block kb of a row as stored (offset to unsigned, element order: step s holds elements 4s..4s+3)
+// and returns its scale; rows past `rows` get codes `pad` and a zero scale.
+template <typename BlockCodes>
+void pack_panels(const uint8_t* x, size_t bx, int64_t rows, int64_t n, uint8_t pad, uint8_t* out,
+                 BlockCodes block_codes) {
   const int64_t nb = n / kQK;
   const int64_t n_panels = (rows + kQ4PanelRows - 1) / kQ4PanelRows;
   for (int64_t p = 0; p < n_panels; ++p) {
@@ -226,18 +197,41 @@ void pack_q8_0_panels(const void* vx, size_t bx, int64_t rows, int64_t n, void* 
         const int64_t row = p * kQ4PanelRows + r;
         uint8_t code[kQK];
         d[r] = 0.f;
-        std::memset(code, 128, sizeof(code));  // a zero row: codes of 0 (times a zero scale)
-        if (row < rows) {
-          const auto& b = reinterpret_cast<const BlockQ8_0*>(x + row * bx)[kb];
-          d[r] = fp16_to_f32(b.d);
-          for (int j = 0; j < kQK; ++j) code[j] = static_cast<uint8_t>(b.qs[j] + 128);
-        }
-        // Step s holds elements 4s..4s+3, in order.
+        std::memset(code, pad, sizeof(code));
+        if (row < rows) d[r] = block_codes(x + row * bx, kb, code);
         for (int s = 0; s < 8; ++s) std::memcpy(pk + panel::kScaleBytes + (s * kQ4PanelRows + r) * 4, code + 4 * s, 4);
       }
       std::memcpy(pk, d, sizeof(d));
     }
   }
+}
+
+}  // namespace
+
+void pack_q4_0_panels(const void* vx, size_t bx, int64_t rows, int64_t n, void* dst) {
+  pack_panels(static_cast<const uint8_t*>(vx), bx, rows, n, 0, static_cast<uint8_t*>(dst),
+              [](const uint8_t* row, int64_t kb, uint8_t* code) {
+                const auto& b = reinterpret_cast<const BlockQ4_0*>(row)[kb];
+                // Byte j holds element j (low nibble) and j + 16 (high).
+                for (int s = 0; s < 4; ++s) {
+                  uint32_t v;
+                  std::memcpy(&v, b.qs + 4 * s, 4);
+                  const uint32_t lo = v & 0x0F0F0F0Fu, hi = (v >> 4) & 0x0F0F0F0Fu;
+                  std::memcpy(code + 4 * s, &lo, 4);
+                  std::memcpy(code + 16 + 4 * s, &hi, 4);
+                }
+                return fp16_to_f32(b.d);
+              });
+}
+
+void pack_q8_0_panels(const void* vx, size_t bx, int64_t rows, int64_t n, void* dst) {
+  // 128 pads: a row past the end is codes of 0 (times a zero scale).
+  pack_panels(static_cast<const uint8_t*>(vx), bx, rows, n, 128, static_cast<uint8_t*>(dst),
+              [](const uint8_t* row, int64_t kb, uint8_t* code) {
+                const auto& b = reinterpret_cast<const BlockQ8_0*>(row)[kb];
+                for (int j = 0; j < kQK; ++j) code[j] = static_cast<uint8_t>(b.qs[j] + 128);
+                return fp16_to_f32(b.d);
+              });
 }
 
 void gemm_q4_0_panels(int64_t n, const void* panels, int64_t rows, const void* act,
