@@ -891,6 +891,11 @@ class CudaBackend final : public Backend {
     double prep_ms = 0, device_ms = 0, unpack_ms = 0;
   } round_prof_;
   std::vector<char> keep_dirty_;  // [seq]: a compaction is queued
+  // FRUGAL_CUDA_TRACE=1: device memory in use (cudaMemGetInfo) after each step, compaction and
+  // round, printed when it moved by 1 MiB or more, with what the backend holds by then, so memory
+  // taken while serving is attributed to the event that took it.
+  void watch_memory(const char* after);
+  size_t mem_seen_ = 0;
   Store store_{*this};
   int attn_tokens_per_block_ = 0;              // of the step being prepared (prepare())
   bool row_invariant_ = false;                 // of the step being run (kRowInvariantTokens)
@@ -1518,6 +1523,7 @@ Status CudaBackend::step(const Batch& batch, float* logits, int32_t* greedy, con
                 " tokens, ", n_out, " logit rows, ", graph ? "graph" : "eager",
                 "; FRUGAL_CUDA_SYNC=1 names the kernel]");
   }
+  watch_memory(graph ? "a graph step" : "an eager step");
   return ok_status();
 }
 
@@ -1827,6 +1833,7 @@ Result<bool> CudaBackend::round_stats(int seq, const std::vector<RoundStatsReque
     round_prof_.unpack_ms += ms(p2, now());
     ++round_prof_.calls;
   }
+  watch_memory("a round's statistics");
   return true;
 }
 
@@ -1868,8 +1875,30 @@ Status CudaBackend::apply_keeps(int only) {
     FRUGAL_CUDA(cudaStreamSynchronize(stream_));
     seq_pos_[static_cast<size_t>(s)] = hp_all[0];
     clear_pending();
+    watch_memory("a compaction");
   }
   return ok_status();
+}
+
+void CudaBackend::watch_memory(const char* after) {
+  if (trace_level() < 1) return;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const size_t used = total_b - free_b;
+  const size_t mib = size_t{1} << 20;
+  const size_t moved = used > mem_seen_ ? used - mem_seen_ : mem_seen_ - used;
+  if (mem_seen_ != 0 && moved < mib) return;
+  uint64_t graphs = 0;
+  for (const auto& [key, exec] : graphs_) graphs += exec != nullptr ? 1 : 0;
+  const auto in_mib = [&](size_t b) { return static_cast<uint64_t>(b / mib); };
+  trace(1, "device memory ", in_mib(used), " MiB in use after ", after, " (",
+        mem_seen_ == 0 ? std::string("first reading") : cat(used >= mem_seen_ ? "+" : "-", in_mib(moved), " MiB"),
+        "); graphs ", graphs, ", round scratch ", in_mib(rs_dev_bytes_), " MiB, query capture rows ",
+        static_cast<int64_t>(qcap_cap_));
+  mem_seen_ = used;
 }
 
 void CudaBackend::read_head_rows(int layer, int seq, int head, float* k, float* v) {
