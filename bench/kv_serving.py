@@ -297,6 +297,9 @@ def run_config(args, policy, memory, port):
         "eviction_s": metric(metrics, "frugal:kv_eviction_seconds_total"),
         "eviction_stats_s": metric(metrics, "frugal:kv_eviction_stats_seconds_total"),
         "engine_steps": metric(metrics, "frugal:engine_steps_total"),
+        # Host memory the KV policies held beside the cache at most (recorded queries, round
+        # scratch, caches of their own): outside --kv-memory.
+        "kv_side_peak_bytes": metric(metrics, "frugal:kv_side_peak_bytes"),
         # K/V bytes each request held at most (its record), and their sum: what the sequences
         # needed at their peaks, whatever the device reserved for their slots.
         "kv_peak_bytes_mean": statistics.mean(r[5] for r in done) if all(r[5] is not None for r in done) else None,
@@ -378,6 +381,7 @@ def main():
                  if r["eviction_rounds"] else "")
               + f"  slots {r['slots'] or 0:.0f}  KV reserved {(r['kv_reserved_bytes'] or 0) / 2**20:.0f} MiB"
               + f"  peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB"
+              + (f"  beside the cache {r['kv_side_peak_bytes'] / 2**20:.1f} MiB" if r.get("kv_side_peak_bytes") else "")
               + (f"  GPU idle {r['idle_gpu_bytes'] / 2**20:.0f} MiB peak {r['peak_gpu_bytes'] / 2**20:.0f} MiB"
                  if r["peak_gpu_bytes"] else "")
               + f"  finished {r['finish_reasons']}"

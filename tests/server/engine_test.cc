@@ -385,6 +385,41 @@ TEST_F(EngineTest, KvMemoryIsThePoolSize) {
       << tiny.status().message();
 }
 
+// A scored policy records each sequence's newest `buffer` queries of every layer on the host: the
+// engine reports those bytes (and the rounds' scratch) as memory beside the cache while the request
+// runs, and nothing once it is gone; random records no queries.
+TEST_F(EngineTest, KvSideBytesCountTheRecordedQueries) {
+  const ModelConfig& c = model_->config();
+  const uint64_t rings = static_cast<uint64_t>(c.n_layer) * 6 * c.n_head * c.head_dim * sizeof(float);
+  uint64_t peak[2] = {0, 0};
+  for (int which = 0; which < 2; ++which) {
+    const char* policy = which == 0 ? "snapkv" : "random";
+    EngineOptions o;
+    o.n_parallel = 2;
+    auto e = engine(o);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->stats().kv_side_bytes, 0u);
+    KvPolicyOptions kv;
+    kv.policy = policy;
+    kv.budget = 20;
+    kv.buffer = 6;
+    RequestOptions r = request(prompt("Once upon a time there was a little red fox who"), 40);
+    r.kv = kv;
+    r.ignore_eos = true;
+    auto h = e->submit(r);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    const Collected got = collect(**h);
+    EXPECT_EQ(got.fin.reason, FinishReason::kLength) << policy;
+    EXPECT_GT(got.fin.kv.rounds, 0) << policy;
+    EXPECT_TRUE(eventually([&] { return e->stats().kv_side_bytes == 0; })) << policy << ": still "
+                                                                            << e->stats().kv_side_bytes;
+    peak[which] = e->stats().kv_side_bytes_peak;
+  }
+  EXPECT_GE(peak[0], rings) << "snapkv's query rings: " << c.n_layer << " layers x 6 queries x " << c.n_head
+                            << " heads x " << c.head_dim;
+  EXPECT_LT(peak[1], rings) << "random records no queries";
+}
+
 // Four times more work than the pool holds: every request finishes with the tokens it gets alone,
 // sequences wait for pages or are preempted and recomputed, and every page comes back.
 TEST_F(EngineTest, OversubscribedPoolFinishesEveryRequestExactly) {

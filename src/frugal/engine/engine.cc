@@ -609,9 +609,14 @@ void Engine::step() {
     stats_.kv_rows_cached = sched_.cached_rows();
     stats_.kv_pages_free = kv_.free_pages();
     std::vector<int> running_slots;
+    uint64_t side = 0;
     for (const auto& [id, a] : active_) {
       if (!a->own && sched_.is_running(id)) running_slots.push_back(sched_.slot_of(id));
+      if (a->evictor != nullptr) side += a->evictor->state_bytes();
+      if (a->own != nullptr) side += a->own->evictor->state_bytes() + a->own->cache.reserved_bytes();
     }
+    stats_.kv_side_bytes = side;
+    stats_.kv_side_bytes_peak = std::max(stats_.kv_side_bytes_peak, side);
     stats_.kv_pages_running = kv_.pages_held(running_slots);
     stats_.kv_pages_shared = kv_.shared_pages();
     stats_.kv_pages_used_peak = std::max(stats_.kv_pages_used_peak, kv_.total_pages() - kv_.free_pages());

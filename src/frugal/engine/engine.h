@@ -79,6 +79,13 @@ struct EngineStats {
   int64_t kv_pages_running = 0;  // held by running sequences (a page they share counts once)
   int64_t kv_pages_shared = 0;   // pages saved by sharing: references beyond one per used page
   int64_t kv_pages_used_peak = 0;  // most pages in use after a step
+  // Host memory the KV policies of the engine's requests hold beside the shared cache, after a
+  // step: the scored policies' recorded queries and round scratch (KvEvictor::state_bytes), and the
+  // caches of requests that run on a KV cache of their own (quantized, or a per-request
+  // kv-memory), which are built when the request is submitted, so waiting ones count too. Not part
+  // of kv_bytes or the --kv-memory budget.
+  uint64_t kv_side_bytes = 0;
+  uint64_t kv_side_bytes_peak = 0;
   uint64_t preemptions = 0;      // sequences sent back to the queue for want of pages
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;    // prompt tokens of admitted requests

@@ -150,6 +150,7 @@ void KvEvictor::begin_sequence(KvTokenStore& kv, int seq, int32_t prompt_len, in
     round_no_.assign(static_cast<size_t>(n_seq_), 0);
     acc_pos_.assign(static_cast<size_t>(ko.n_layer) * n_seq_, -1);
     rings_.assign(static_cast<size_t>(ko.n_layer) * n_seq_, Ring{});
+    ring_bytes_ = 0;
   }
   prompt_len_[static_cast<size_t>(seq)] = prompt_len;
   stream_[static_cast<size_t>(seq)] = static_cast<uint64_t>(stream >= 0 ? stream : seq);
@@ -166,6 +167,17 @@ void KvEvictor::begin_sequence(KvTokenStore& kv, int seq, int32_t prompt_len, in
   }
 }
 
+uint64_t KvEvictor::state_bytes() const {
+  uint64_t b = ring_bytes_;
+  for (const std::vector<float>* v : {&qmean_, &keys_, &probs_, &scores_, &sel_, &probs_scratch_, &attn_sum_,
+                                      &attn_last_, &attn_fresh_, &sim_}) {
+    b += v->capacity() * sizeof(float);
+  }
+  b += qrows_.capacity() * sizeof(const float*) + qrow_pos_.capacity() * sizeof(int32_t) +
+       keep_.capacity() * sizeof(int32_t) + sel_keys_.capacity() * sizeof(uint32_t);
+  return b;
+}
+
 AttentionObserver* KvEvictor::attention_observer() {
   if ((!evicts() || !needs_.attention) && opts_.quant != KvQuant::kHyQuant) return nullptr;
   return this;
@@ -180,12 +192,20 @@ void KvEvictor::before_attention(int layer, const int32_t* seq, const int32_t* p
     const int s = seq[t];
     if (s < 0 || s >= n_seq_ || layer < 0 || static_cast<size_t>(layer) * n_seq_ >= rings_.size()) continue;
     Ring& rg = ring(layer, s);
-    if (rg.pos.size() != static_cast<size_t>(cap)) rg.pos.assign(static_cast<size_t>(cap), 0);
+    if (rg.pos.size() != static_cast<size_t>(cap)) {
+      ring_bytes_ -= rg.pos.capacity() * sizeof(int32_t);
+      rg.pos.assign(static_cast<size_t>(cap), 0);
+      ring_bytes_ += rg.pos.capacity() * sizeof(int32_t);
+    }
     const size_t slot = static_cast<size_t>(rg.count % cap);
     // Null: the backend kept the queries beside the rows (the store reads them at the round).
     rg.on_store = q == nullptr;
     if (q != nullptr) {
-      if (rg.q.size() != row * cap) rg.q.assign(row * cap, 0.f);
+      if (rg.q.size() != row * cap) {
+        ring_bytes_ -= rg.q.capacity() * sizeof(float);
+        rg.q.assign(row * cap, 0.f);
+        ring_bytes_ += rg.q.capacity() * sizeof(float);
+      }
       std::memcpy(rg.q.data() + slot * row, q + static_cast<size_t>(t) * row, row * sizeof(float));
     }
     rg.pos[slot] = pos[t];

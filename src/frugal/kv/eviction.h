@@ -90,6 +90,10 @@ class KvEvictor final : public AttentionObserver {
   // One round on `seq` now (every layer and head holding more than `budget` tokens).
   Status round(KvTokenStore& kv, int seq);
   const KvEvictionStats& stats() const { return stats_; }
+  // Host bytes this evictor holds beside the KV cache: its sequences' recorded queries and their
+  // positions, and the scratch of its rounds (grown to the largest round so far). None of it is in
+  // the page pool or counted by kv-memory.
+  uint64_t state_bytes() const;
 
   // AttentionObserver: keeps the latest `buffer` queries ([n][n_head][head_dim], post-RoPE) of
   // each (layer, seq); tests may call it directly.
@@ -126,6 +130,7 @@ class KvEvictor final : public AttentionObserver {
   std::vector<int64_t> round_no_;     // [seq]
   std::vector<int32_t> acc_pos_;      // [layer][seq]: newest query already accumulated (H2O)
   std::vector<Ring> rings_;           // [layer][seq]
+  uint64_t ring_bytes_ = 0;           // what rings_' vectors hold (state_bytes, kept up to date)
   AttentionParams attn_;              // as the model last ran attention
   const KvCache* cache_ = nullptr;    // the cache begun: hyquant flushes only that one
   Status deferred_ = ok_status();     // a begin() failure, reported by step()/round()

@@ -216,6 +216,12 @@ std::string Metrics::render(const EngineStats& s) const {
   counter(out, "frugal:requests_refused_total", "Requests refused or failed after they were queued.", l, refused_);
   gauge(out, "frugal:kv_cache_reserved_bytes", "KV cache memory reserved at start-up.", l,
         static_cast<double>(s.kv_bytes));
+  gauge(out, "frugal:kv_side_bytes",
+        "Host memory the requests' KV policies hold beside the KV cache: recorded queries, round scratch, "
+        "caches of their own (quantized or per-request kv-memory). Outside kv_cache_reserved_bytes.",
+        l, static_cast<double>(s.kv_side_bytes));
+  gauge(out, "frugal:kv_side_peak_bytes", "The most kv_side_bytes seen after a step.", l,
+        static_cast<double>(s.kv_side_bytes_peak));
   gauge(out, "frugal:kv_cache_cached_rows", "KV rows held by all slots, running and cached prefixes.", l,
         static_cast<double>(s.kv_rows_cached));
   gauge(out, "frugal:num_sequence_slots", "Sequences that can run at once.", l, s.n_slots);
