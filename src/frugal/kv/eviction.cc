@@ -167,6 +167,16 @@ void KvEvictor::begin_sequence(KvTokenStore& kv, int seq, int32_t prompt_len, in
   }
 }
 
+namespace {
+// v.assign(n, fill), keeping `bytes` (a running total of such vectors' capacities) up to date.
+template <typename T>
+void assign_counted(std::vector<T>& v, size_t n, T fill, uint64_t& bytes) {
+  bytes -= v.capacity() * sizeof(T);
+  v.assign(n, fill);
+  bytes += v.capacity() * sizeof(T);
+}
+}  // namespace
+
 uint64_t KvEvictor::state_bytes() const {
   uint64_t b = ring_bytes_;
   for (const std::vector<float>* v : {&qmean_, &keys_, &probs_, &scores_, &sel_, &probs_scratch_, &attn_sum_,
@@ -192,20 +202,12 @@ void KvEvictor::before_attention(int layer, const int32_t* seq, const int32_t* p
     const int s = seq[t];
     if (s < 0 || s >= n_seq_ || layer < 0 || static_cast<size_t>(layer) * n_seq_ >= rings_.size()) continue;
     Ring& rg = ring(layer, s);
-    if (rg.pos.size() != static_cast<size_t>(cap)) {
-      ring_bytes_ -= rg.pos.capacity() * sizeof(int32_t);
-      rg.pos.assign(static_cast<size_t>(cap), 0);
-      ring_bytes_ += rg.pos.capacity() * sizeof(int32_t);
-    }
+    if (rg.pos.size() != static_cast<size_t>(cap)) assign_counted(rg.pos, static_cast<size_t>(cap), 0, ring_bytes_);
     const size_t slot = static_cast<size_t>(rg.count % cap);
     // Null: the backend kept the queries beside the rows (the store reads them at the round).
     rg.on_store = q == nullptr;
     if (q != nullptr) {
-      if (rg.q.size() != row * cap) {
-        ring_bytes_ -= rg.q.capacity() * sizeof(float);
-        rg.q.assign(row * cap, 0.f);
-        ring_bytes_ += rg.q.capacity() * sizeof(float);
-      }
+      if (rg.q.size() != row * cap) assign_counted(rg.q, row * cap, 0.f, ring_bytes_);
       std::memcpy(rg.q.data() + slot * row, q + static_cast<size_t>(t) * row, row * sizeof(float));
     }
     rg.pos[slot] = pos[t];
