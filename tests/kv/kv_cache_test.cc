@@ -59,6 +59,65 @@ TEST(KvCache, ReservationIsNotResidentUntilWritten) {
   EXPECT_EQ(cache->free_pages(), cache->total_pages());
 }
 
+// Pages lent out of the pool (the engine pays the KV policies' state with them) count as used,
+// come back whole, and their storage stops being resident while lent: with pages of 8 KiB the
+// resident memory drops by what is lent.
+TEST(KvCache, LentPagesLeaveThePoolAndTheirMemory) {
+  KvCacheOptions o;
+  o.n_layer = 4;
+  o.n_head_kv = 4;
+  o.head_dim = 128;
+  o.n_seq = 1;
+  o.capacity = 4096;  // 2,048 pages of 32 tokens, 8 KiB of K and 8 KiB of V each: 32 MiB
+  o.dtype = DType::kF16;
+  auto cache = KvCache::create(o);
+  ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+  KvCache& c = *cache;
+  const int64_t total = c.total_pages();
+  ASSERT_EQ(total, 2048);
+  std::mt19937 rng(11);
+  const std::vector<float> row = random_row(rng, o.n_head_kv * o.head_dim);
+  for (int32_t p = 0; p < o.capacity; ++p) {
+    for (int l = 0; l < o.n_layer; ++l) ASSERT_TRUE(c.append(l, 0, p, row.data(), row.data()).ok());
+  }
+  c.release(0);  // every page written, then freed: still resident
+  EXPECT_EQ(c.free_pages(), total);
+  const int64_t before = resident_bytes();
+
+  EXPECT_EQ(c.lend_pages(total + 1).code(), ErrorCode::kOverBudget);
+  EXPECT_EQ(c.free_pages(), total);
+  ASSERT_TRUE(c.lend_pages(total / 2).ok());
+  EXPECT_EQ(c.lent_pages(), total / 2);
+  EXPECT_EQ(c.free_pages(), total / 2);
+  EXPECT_TRUE(c.audit_pages().ok()) << c.audit_pages().to_string();
+  if (before > 0) {
+    const int64_t dropped = before - resident_bytes();
+    EXPECT_GT(dropped, 14 << 20) << "lending 16 MiB of written pages released " << dropped << " bytes";
+  }
+  // The pool can still hold what is not lent, and no more.
+  for (int32_t p = 0; p < o.capacity / 2; ++p) {
+    for (int l = 0; l < o.n_layer; ++l) ASSERT_TRUE(c.append(l, 0, p, row.data(), row.data()).ok());
+  }
+  EXPECT_EQ(c.free_pages(), 0);
+  EXPECT_EQ(c.reserve(0, 1).code(), ErrorCode::kOverBudget);
+  c.return_pages(total);  // more than lent: gives back what there is
+  EXPECT_EQ(c.lent_pages(), 0);
+  EXPECT_EQ(c.free_pages(), total / 2);
+  EXPECT_TRUE(c.audit_pages().ok()) << c.audit_pages().to_string();
+  // Pages that were lent (their memory given back) hold new rows exactly.
+  for (int32_t p = o.capacity / 2; p < o.capacity; ++p) {
+    for (int l = 0; l < o.n_layer; ++l) ASSERT_TRUE(c.append(l, 0, p, row.data(), row.data()).ok());
+  }
+  std::vector<float> k(static_cast<size_t>(o.capacity) * o.head_dim), v(k.size());
+  c.read_rows(3, 0, 2, k.data(), v.data());
+  for (int32_t p = 0; p < o.capacity; p += 97) {
+    for (int d = 0; d < o.head_dim; ++d) {
+      ASSERT_EQ(k[static_cast<size_t>(p) * o.head_dim + d], fp16_to_f32(f32_to_fp16(row[2 * 128 + d])))
+          << "token " << p << " channel " << d;
+    }
+  }
+}
+
 TEST(KvCache, RejectsBadOptions) {
   KvCacheOptions o = small_opts(DType::kF16);
   o.capacity = 0;

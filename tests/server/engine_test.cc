@@ -420,6 +420,88 @@ TEST_F(EngineTest, KvSideBytesCountTheRecordedQueries) {
   EXPECT_LT(peak[1], rings) << "random records no queries";
 }
 
+// With --kv-memory the pool pays for the scored policies' recorded queries too: each running
+// sequence borrows pages for its rings (and rounds' scratch), so at every step the bytes beside the
+// cache are within the pages lent and rows plus lent pages never pass the pool. More work than
+// that holds still finishes (waiting, preempting), every lent page comes back, and a sequence whose
+// rings cannot fit beside its prompt is refused at submission, saying why.
+TEST_F(EngineTest, KvMemoryPaysForTheRecordedQueries) {
+  const ModelConfig& c = model_->config();
+  const int64_t heads = c.n_layer * c.n_head_kv;
+  const uint64_t page = 32 * static_cast<uint64_t>(c.head_dim) * 2 * 2;  // f16 K and V, 32 tokens
+  const uint64_t rings = static_cast<uint64_t>(c.n_layer) * 6 * (c.n_head * c.head_dim * 4 + 4);
+  const int64_t ring_pages = static_cast<int64_t>((rings + page - 1) / page);
+  KvPolicyOptions kv;
+  kv.policy = "snapkv";
+  kv.budget = 20;
+  kv.buffer = 6;
+  EngineOptions o;
+  o.n_parallel = 4;
+  o.prefix_cache = false;
+  // Rows of two sequences (one page per head each: budget + buffer < 32) and the rings of two.
+  o.kv_memory = static_cast<uint64_t>(2 * heads + 2 * ring_pages) * page;
+  o.kv = kv;
+  auto e = engine(o);
+  ASSERT_NE(e, nullptr);
+  const int64_t total = e->stats().kv_pages_total;
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (const char* t : {"Once upon a time", "The quick brown fox jumps", "hello there", "a b c d e f g h",
+                        "one two three", "red green blue"}) {
+    RequestOptions r = request(prompt(t), 40);
+    r.ignore_eos = true;
+    auto h = e->submit(r);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    hs.push_back(*h);
+  }
+  uint64_t worst_side = 0;
+  int64_t worst_lent = 0;
+  bool side_within_lent = true;
+  for (int i = 0; i < 6000 && e->stats().generated_tokens < 6 * 40; ++i) {
+    const EngineStats s = e->stats();
+    side_within_lent = side_within_lent && s.kv_side_bytes <= static_cast<uint64_t>(s.kv_pages_lent) * page;
+    worst_side = std::max(worst_side, s.kv_side_bytes);
+    worst_lent = std::max(worst_lent, s.kv_pages_lent);
+    std::this_thread::sleep_for(1ms);
+  }
+  for (auto& h : hs) {
+    const Collected got = collect(*h);
+    EXPECT_EQ(got.fin.reason, FinishReason::kLength) << got.fin.error.message();
+    EXPECT_EQ(got.fin.generated_tokens, 40);
+    EXPECT_GT(got.fin.kv.rounds, 0);
+  }
+  EXPECT_TRUE(side_within_lent) << "bytes beside the cache passed the pages lent for them";
+  const EngineStats s = e->stats();
+  EXPECT_GE(s.kv_pages_lent_peak, ring_pages) << "each running sequence borrows its rings' pages";
+  EXPECT_LE(s.kv_pages_lent_peak, total);
+  EXPECT_LE(s.kv_pages_used_peak, total);
+  EXPECT_GT(s.kv_side_bytes_peak, 0u);
+  EXPECT_LE(worst_side, static_cast<uint64_t>(std::max(worst_lent, s.kv_pages_lent_peak)) * page);
+  EXPECT_TRUE(eventually([&] { return e->stats().kv_pages_lent == 0 && e->stats().kv_side_bytes == 0; }))
+      << e->stats().kv_pages_lent << " pages still lent";
+
+  // Rings larger than the pool less the prompt's pages: refused when submitted.
+  kv.buffer = 64;
+  kv.budget = 100;
+  RequestOptions big = request(prompt("Once upon a time"), 40);
+  big.kv = kv;
+  auto refused = e->submit(big);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kOverBudget);
+  EXPECT_NE(refused.status().message().find("records the newest 64 queries"), std::string::npos)
+      << refused.status().message();
+
+  // Without a budget nothing is lent: the policy's state is reported beside the cache only.
+  EngineOptions free_pool = o;
+  free_pool.kv_memory = 0;
+  auto f = engine(free_pool);
+  RequestOptions r = request(prompt("Once upon a time"), 40);
+  r.ignore_eos = true;
+  const Collected got = collect(**f->submit(r));
+  EXPECT_EQ(got.fin.reason, FinishReason::kLength);
+  EXPECT_EQ(f->stats().kv_pages_lent_peak, 0);
+  EXPECT_GT(f->stats().kv_side_bytes_peak, 0u);
+}
+
 // Four times more work than the pool holds: every request finishes with the tokens it gets alone,
 // sequences wait for pages or are preempted and recomputed, and every page comes back.
 TEST_F(EngineTest, OversubscribedPoolFinishesEveryRequestExactly) {

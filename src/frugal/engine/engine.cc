@@ -39,6 +39,7 @@ struct Engine::Active {
   // An evicting policy on an unquantized cache runs in the shared pool, in its slot.
   std::unique_ptr<KvEvictor> evictor;
   int64_t preemptions = 0;
+  int64_t lent_pages = 0;           // pool pages paying for its evictor's state (charges_side_state)
   uint64_t peak_slot_bytes = 0;     // K+V bytes of its rows in the shared pool, highest seen
   uint64_t peak_held_bytes = 0;     // bytes of the pool pages it held, highest seen
   double arrival = 0, admitted = -1, first_token = -1, last_token = -1;
@@ -283,7 +284,8 @@ Engine::Engine(Model& model, const Tokenizer& tok, Backend& backend, const Engin
       if (found == active_.end() || found->second->own) return GateAnswer::kAdmit;
       const bool shares = a.copy_from >= 0 && opts_.share_prefix_pages;
       const int from = shares ? a.copy_from : a.slot;
-      const int64_t need = kv_.pages_to_grow(from, shares, shares ? a.copy_end : a.reused, tokens + 1);
+      const int64_t need = kv_.pages_to_grow(from, shares, shares ? a.copy_end : a.reused, tokens + 1) +
+                           side_pages(*found->second) - found->second->lent_pages;
       // (copy_from is a running slot or one admitted earlier in this plan, never a cached one:
       // a free slot sharing more would have been chosen as the slot itself.)
       while (kv_.free_pages() - promised_pages_ < need) {
@@ -354,6 +356,22 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
     // cache), batched with the others, and what its rounds free goes back to them.
     if (!uses_pool()) FRUGAL_RETURN_IF_ERROR(device_kv_supports(kv, backend_.name()));
     FRUGAL_ASSIGN_OR_RETURN(evictor, KvEvictor::create(kv, trace_len, prompt_len));
+    if (charges_side_state()) {
+      // The recorded queries are paid from the pool beside the sequence's rows: both must fit.
+      const ModelConfig& mc = model_.config();
+      const uint64_t rings = evictor->ring_bytes_per_sequence(static_cast<int>(mc.n_layer),
+                                                              static_cast<int>(mc.n_head), static_cast<int>(mc.head_dim));
+      const int64_t ring_pages = static_cast<int64_t>((rings + kv_.page_bytes() - 1) / kv_.page_bytes());
+      const int64_t row_pages = kv_.pages_to_grow(0, false, 0, std::min(prompt_len + 1, slot_capacity_));
+      if (ring_pages + row_pages > kv_.total_pages()) {
+        return error(ErrorCode::kOverBudget,
+                     "kv policy '{}' records the newest {} queries of every layer ({} bytes a sequence), which with "
+                     "the {}-token prompt's rows ({} bytes) does not fit kv-memory {} bytes: raise --kv-memory, lower "
+                     "kv-buffer or choose a policy that records no queries (random, window)",
+                     kv.policy, kv.buffer, rings, prompt_len, static_cast<uint64_t>(row_pages) * kv_.page_bytes(),
+                     opts_.kv_memory);
+      }
+    }
   } else if (needs_own_kv(kv)) {
     if (!uses_pool()) FRUGAL_RETURN_IF_ERROR(device_kv_supports(kv, backend_.name()));
     // Built now, so an impossible budget is the submitter's error, not a failure mid-run.
@@ -477,6 +495,7 @@ void Engine::step() {
       finish(it.id, FinishReason::kError, st);
     }
   }
+  if (charges_side_state()) charge_side_state(plan);
   if (uses_pool()) reserve_pages(plan);
   if (drafter_) draft(plan);
 
@@ -616,6 +635,8 @@ void Engine::step() {
       if (a->own != nullptr) side += a->own->evictor->state_bytes() + a->own->cache.reserved_bytes();
     }
     stats_.kv_side_bytes = side;
+    stats_.kv_pages_lent = kv_.lent_pages();
+    stats_.kv_pages_lent_peak = std::max(stats_.kv_pages_lent_peak, stats_.kv_pages_lent);
     stats_.kv_side_bytes_peak = std::max(stats_.kv_side_bytes_peak, side);
     stats_.kv_pages_running = kv_.pages_held(running_slots);
     stats_.kv_pages_shared = kv_.shared_pages();
@@ -649,6 +670,10 @@ void Engine::apply_admission(const Admission& a, double now) {
     r.evictor->begin(*device_kv_, a.slot, static_cast<int32_t>(r.req.prompt.size()), 0);
   } else if (r.evictor) {
     r.evictor->begin(kv_, a.slot, static_cast<int32_t>(r.req.prompt.size()), 0);
+  }
+  // The gate counted these pages in; should they be gone, charge_side_state() takes them later.
+  if (const int64_t more = side_pages(r) - r.lent_pages; more > 0 && kv_.lend_pages(more).ok()) {
+    r.lent_pages += more;
   }
   if (tel_->sampler() != nullptr) (void)tel_->sampler()->sample_now(t0_steady_ + now, false);
   if (!first_admission) return;
@@ -742,6 +767,48 @@ void Engine::reserve_pages(const StepPlan& plan) {
   }
 }
 
+int64_t Engine::side_pages(Active& r) {
+  if (!charges_side_state() || !r.evictor) return 0;
+  const ModelConfig& mc = model_.config();
+  const uint64_t bytes = r.evictor->ring_bytes_per_sequence(static_cast<int>(mc.n_layer), static_cast<int>(mc.n_head),
+                                                            static_cast<int>(mc.head_dim)) +
+                         r.evictor->scratch_bytes();
+  return static_cast<int64_t>((bytes + kv_.page_bytes() - 1) / kv_.page_bytes());
+}
+
+void Engine::charge_side_state(const StepPlan& plan) {
+  for (const auto& it : plan.items) {
+    if (!sched_.is_running(it.id)) continue;
+    Active& r = *active_.at(it.id);
+    if (r.own || !r.evictor) continue;
+    int64_t more = side_pages(r) - r.lent_pages;
+    while (more > 0 && kv_.free_pages() < more && make_room(it.id)) {
+      if (!sched_.is_running(it.id)) break;  // it was the one preempted (its state is freed)
+    }
+    if (!sched_.is_running(it.id)) continue;
+    if (more > 0 && !kv_.lend_pages(more).ok()) {
+      // Alone in the pool and still short: its rounds' scratch beside its rows exceeds the budget.
+      const uint64_t state = r.evictor->state_bytes();
+      kv_.release(it.slot);
+      release_side_state(r);
+      finish(it.id, FinishReason::kError,
+             error(ErrorCode::kOverBudget,
+                   "kv policy '{}': its recorded queries and round scratch ({} bytes) beside the sequence's rows "
+                   "exceed kv-memory {} bytes",
+                   r.evictor->policy().name(), state, opts_.kv_memory));
+      continue;
+    }
+    if (more > 0) r.lent_pages += more;
+  }
+}
+
+void Engine::release_side_state(Active& r) {
+  if (!r.evictor || r.own) return;
+  r.evictor->release_state();
+  kv_.return_pages(r.lent_pages);
+  r.lent_pages = 0;
+}
+
 // First what nobody runs: a cached prefix. Then the newest sequence of the pool (the one that has
 // done least work), which may be `for_id` itself, unless it runs alone.
 bool Engine::make_room(SeqId for_id) {
@@ -773,6 +840,7 @@ void Engine::preempt(SeqId id) {
   const int slot = sched_.slot_of(id);
   r.peak_slot_bytes = std::max(r.peak_slot_bytes, kv_.used_bytes(slot));
   kv_.release(slot);
+  release_side_state(r);
   sched_.preempt(id, now_s());
   ++r.preemptions;
   std::lock_guard<std::mutex> lk(mu_);
@@ -1122,6 +1190,7 @@ void Engine::finish(SeqId id, FinishReason reason, Status err) {
                              : kv_.reserved_bytes() / static_cast<uint64_t>(std::max(opts_.n_parallel, 1));
     // An evicted slot is no prefix for anyone: its pages go back now.
     if (slot >= 0 && (r.evictor || !opts_.prefix_cache)) kv_.release(slot);
+    release_side_state(r);
   }
   f.timings.kv_reserved_bytes = f.kv_bytes;
   f.timings.kv_peak_bytes = f.kv.peak_used_bytes;

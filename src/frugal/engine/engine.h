@@ -83,9 +83,13 @@ struct EngineStats {
   // step: the scored policies' recorded queries and round scratch (KvEvictor::state_bytes), and the
   // caches of requests that run on a KV cache of their own (quantized, or a per-request
   // kv-memory), which are built when the request is submitted, so waiting ones count too. Not part
-  // of kv_bytes or the --kv-memory budget.
+  // of kv_bytes. With --kv-memory on the cpu backend the evictors' part is paid from the pool:
+  // the sequences borrow pages for it (kv_pages_lent, counted in the pages in use), whose storage
+  // is given back while lent; the caches of their own are outside the budget.
   uint64_t kv_side_bytes = 0;
   uint64_t kv_side_bytes_peak = 0;
+  int64_t kv_pages_lent = 0;       // pool pages lent to the KV policies' state after the last step
+  int64_t kv_pages_lent_peak = 0;
   uint64_t preemptions = 0;      // sequences sent back to the queue for want of pages
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;    // prompt tokens of admitted requests
@@ -153,6 +157,16 @@ class Engine {
   // Pages for every item of the plan, dropping cached prefixes and preempting the newest
   // sequences when the pool runs out.
   void reserve_pages(const StepPlan& plan);
+  // With --kv-memory the pool is the budget of the KV policies' host state too (recorded queries,
+  // round scratch): a sequence borrows pool pages for it (KvCache::lend_pages), the rings' full
+  // size when it is admitted, more when its rounds' scratch grows, all of them back when it is
+  // preempted or finishes (its state freed then). Pages a sequence's state needs now.
+  bool charges_side_state() const { return uses_pool() && opts_.kv_memory > 0; }
+  int64_t side_pages(Active& r);
+  // Lends each running sequence the pages its state has grown to, making room as for KV rows.
+  void charge_side_state(const StepPlan& plan);
+  // A preempted or finished sequence's state and lent pages go back.
+  void release_side_state(Active& r);
   void preempt(SeqId id);
   // Gives the pages of one idle slot's cached prefix (not slot keep_a or keep_b) back to the pool;
   // false when none caches one.

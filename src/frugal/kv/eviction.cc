@@ -188,6 +188,29 @@ uint64_t KvEvictor::state_bytes() const {
   return b;
 }
 
+uint64_t KvEvictor::ring_bytes_per_sequence(int n_layer, int n_head, int head_dim) {
+  if (attention_observer() == nullptr || n_layer <= 0 || n_head <= 0 || head_dim <= 0) return 0;
+  const uint64_t row = static_cast<uint64_t>(n_head) * static_cast<uint64_t>(head_dim) * sizeof(float);
+  return static_cast<uint64_t>(n_layer) * static_cast<uint64_t>(opts_.buffer) * (row + sizeof(int32_t));
+}
+
+void KvEvictor::release_state() {
+  for (Ring& rg : rings_) {
+    std::vector<float>().swap(rg.q);
+    std::vector<int32_t>().swap(rg.pos);
+    rg.count = 0;
+  }
+  ring_bytes_ = 0;
+  for (std::vector<float>* v : {&qmean_, &keys_, &probs_, &scores_, &sel_, &probs_scratch_, &attn_sum_, &attn_last_,
+                                &attn_fresh_, &sim_}) {
+    std::vector<float>().swap(*v);
+  }
+  std::vector<const float*>().swap(qrows_);
+  std::vector<int32_t>().swap(qrow_pos_);
+  std::vector<int32_t>().swap(keep_);
+  std::vector<uint32_t>().swap(sel_keys_);
+}
+
 AttentionObserver* KvEvictor::attention_observer() {
   if ((!evicts() || !needs_.attention) && opts_.quant != KvQuant::kHyQuant) return nullptr;
   return this;

@@ -94,6 +94,15 @@ class KvEvictor final : public AttentionObserver {
   // positions, and the scratch of its rounds (grown to the largest round so far). None of it is in
   // the page pool or counted by kv-memory.
   uint64_t state_bytes() const;
+  // Of those, the rounds' scratch (state_bytes() less the recorded queries).
+  uint64_t scratch_bytes() const { return state_bytes() - ring_bytes_; }
+  // Bytes one sequence's recorded queries reach on a model of this shape once its rings are full:
+  // `buffer` queries of every layer, [n_head][head_dim] floats and a position each (0 when the
+  // policy records none). Known before the first step, so a memory budget can pay for them then.
+  uint64_t ring_bytes_per_sequence(int n_layer, int n_head, int head_dim);
+  // Frees the recorded queries and the scratch (a sequence preempted or finished: it would
+  // otherwise keep them while it waits); the next begin() starts afresh and they grow again.
+  void release_state();
 
   // AttentionObserver: keeps the latest `buffer` queries ([n][n_head][head_dim], post-RoPE) of
   // each (layer, seq); tests may call it directly.

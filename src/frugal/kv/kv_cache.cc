@@ -18,6 +18,7 @@ struct KvCache::Paged {
   std::vector<TokenTable> tables;  // [seq]
   std::vector<PageCopy> copies;    // scratch of reserve()
   std::vector<RowMove> moves;      // scratch of keep_tokens()
+  std::vector<PageId> lent;        // lend_pages(), newest last
 };
 
 KvCache::KvCache() = default;
@@ -37,6 +38,31 @@ const int32_t* KvCache::positions(int layer, int seq, int head) const {
 
 int64_t KvCache::total_pages() const { return paged_ ? paged_->pool->total_pages() : 0; }
 int64_t KvCache::free_pages() const { return paged_ ? paged_->pool->free_pages() : 0; }
+int64_t KvCache::lent_pages() const { return paged_ ? static_cast<int64_t>(paged_->lent.size()) : 0; }
+
+Status KvCache::lend_pages(int64_t n) {
+  if (n <= 0) return ok_status();
+  if (!paged_ || n > paged_->pool->free_pages()) {
+    return error(ErrorCode::kOverBudget, "kv pages: {} pages to lend, {} free", n, free_pages());
+  }
+  const size_t page = static_cast<size_t>(opts_.page_tokens) * row_bytes_;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::optional<PageId> p = paged_->pool->allocate();
+    paged_->lent.push_back(*p);  // free_pages() >= n: allocate() cannot refuse
+    // Its rows are not needed any more: the memory goes back to the system while lent.
+    discard_resident(k_.data() + static_cast<size_t>(*p) * page, page);
+    discard_resident(v_.data() + static_cast<size_t>(*p) * page, page);
+  }
+  return ok_status();
+}
+
+void KvCache::return_pages(int64_t n) {
+  if (!paged_) return;
+  for (; n > 0 && !paged_->lent.empty(); --n) {
+    paged_->pool->release(paged_->lent.back());
+    paged_->lent.pop_back();
+  }
+}
 
 namespace {
 struct QuantLayout {
@@ -331,6 +357,7 @@ Status KvCache::audit_pages() const {
   const PagePool& pool = *paged_->pool;
   FRUGAL_RETURN_IF_ERROR(pool.audit());
   std::vector<int32_t> holders(static_cast<size_t>(pool.total_pages()), 0);
+  for (PageId p : paged_->lent) ++holders[static_cast<size_t>(p)];
   for (const TokenTable& t : paged_->tables) {
     for (int l = 0; l < opts_.n_layer; ++l) {
       for (int h = 0; h < opts_.n_head_kv; ++h) {

@@ -95,8 +95,18 @@ class KvCache final : public KvTokenStore, public KvView {
   // of a copy (TokenTable::share_prefix; the first write into a shared page copies it).
   // kInvalidArgument when `src` does not hold positions 0..n-1 in every head.
   Status share_prefix(int src, int dst, int32_t n);
+  // Lending. Pages taken out of the pool for memory held elsewhere on behalf of the sequences (the
+  // KV policies' recorded queries and round scratch), so that memory is paid from the same budget
+  // as K and V. A lent page's storage is given back to the system while it is lent (its system
+  // pages wholly inside it; with page_tokens x row bytes a multiple of the system page, all of it),
+  // so the resident pool shrinks by what is lent. kOverBudget (nothing taken) when fewer than `n`
+  // pages are free; a cached prefix page may be reclaimed, as by a sequence.
+  Status lend_pages(int64_t n);
+  // Gives back up to `n` lent pages (newest first).
+  void return_pages(int64_t n);
+  int64_t lent_pages() const;
   // Checks that every page a sequence holds is held (never free) with a reference count equal to
-  // the number of its holders, and the pool's own bookkeeping; for tests.
+  // the number of its holders (a lent page: one), and the pool's own bookkeeping; for tests.
   Status audit_pages() const;
   // Room for `n` more tokens in every head of `seq`: pages from the pool, or kOverBudget (nothing
   // changed) when the pool has too few free pages or a head would pass `capacity`. append() takes

@@ -218,7 +218,8 @@ std::string Metrics::render(const EngineStats& s) const {
         static_cast<double>(s.kv_bytes));
   gauge(out, "frugal:kv_side_bytes",
         "Host memory the requests' KV policies hold beside the KV cache: recorded queries, round scratch, "
-        "caches of their own (quantized or per-request kv-memory). Outside kv_cache_reserved_bytes.",
+        "caches of their own (quantized or per-request kv-memory). With --kv-memory on the cpu backend the "
+        "policies' part is paid from the pool (kv_pool_lent_pages); the caches of their own are outside it.",
         l, static_cast<double>(s.kv_side_bytes));
   gauge(out, "frugal:kv_side_peak_bytes", "The most kv_side_bytes seen after a step.", l,
         static_cast<double>(s.kv_side_bytes_peak));
@@ -230,6 +231,10 @@ std::string Metrics::render(const EngineStats& s) const {
         static_cast<double>(s.kv_pages_total));
   gauge(out, "frugal:kv_pool_free_pages", "Pages of the KV page pool nobody holds.", l,
         static_cast<double>(s.kv_pages_free));
+  gauge(out, "frugal:kv_pool_lent_pages",
+        "Pages of the KV page pool lent to the KV policies' recorded queries and round scratch (with "
+        "--kv-memory on the cpu backend they are paid from the pool; counted as held, not free).",
+        l, static_cast<double>(s.kv_pages_lent));
   gauge(out, "frugal:kv_pool_shared_pages",
         "Pages of the KV page pool saved by sharing prompt prefixes (references beyond one per used page).", l,
         static_cast<double>(s.kv_pages_shared));
