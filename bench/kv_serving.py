@@ -298,7 +298,8 @@ def run_config(args, policy, memory, port):
         "eviction_stats_s": metric(metrics, "frugal:kv_eviction_stats_seconds_total"),
         "engine_steps": metric(metrics, "frugal:engine_steps_total"),
         # Host memory the KV policies held beside the cache at most (recorded queries, round
-        # scratch, caches of their own): outside --kv-memory.
+        # scratch, caches of their own). On the cpu backend the policies' part is paid from the
+        # --kv-memory pool (pages lent to it); caches of their own are outside it.
         "kv_side_peak_bytes": metric(metrics, "frugal:kv_side_peak_bytes"),
         # K/V bytes each request held at most (its record), and their sum: what the sequences
         # needed at their peaks, whatever the device reserved for their slots.

@@ -26,8 +26,9 @@ struct ZeroedAllocator {
   template <typename U>
   ZeroedAllocator(const ZeroedAllocator<U>&) noexcept {}  // NOLINT: rebinding must be implicit
 
-  // Blocks from this size on are mappings of their own.
-  static constexpr size_t kMapBytes = size_t{1} << 18;
+  // Blocks from this size on are mappings of their own (munmap returns them to the system at once,
+  // where the heap would keep freed blocks resident).
+  static constexpr size_t kMapBytes = size_t{1} << 16;
 
   T* allocate(size_t n) {
     if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();

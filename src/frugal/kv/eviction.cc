@@ -169,8 +169,9 @@ void KvEvictor::begin_sequence(KvTokenStore& kv, int seq, int32_t prompt_len, in
 
 namespace {
 // v.assign(n, fill), keeping `bytes` (a running total of such vectors' capacities) up to date.
-template <typename T>
-void assign_counted(std::vector<T>& v, size_t n, T fill, uint64_t& bytes) {
+template <typename V>
+void assign_counted(V& v, size_t n, typename V::value_type fill, uint64_t& bytes) {
+  using T = typename V::value_type;
   bytes -= v.capacity() * sizeof(T);
   v.assign(n, fill);
   bytes += v.capacity() * sizeof(T);
@@ -196,7 +197,7 @@ uint64_t KvEvictor::ring_bytes_per_sequence(int n_layer, int n_head, int head_di
 
 void KvEvictor::release_state() {
   for (Ring& rg : rings_) {
-    std::vector<float>().swap(rg.q);
+    decltype(rg.q)().swap(rg.q);
     std::vector<int32_t>().swap(rg.pos);
     rg.count = 0;
   }

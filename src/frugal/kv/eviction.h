@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "frugal/core/status.h"
+#include "frugal/core/zeroed_allocator.h"
 #include "frugal/kv/attention_observer.h"
 #include "frugal/kv/kv_cache.h"
 #include "frugal/kv/policies/policy.h"
@@ -91,8 +92,8 @@ class KvEvictor final : public AttentionObserver {
   Status round(KvTokenStore& kv, int seq);
   const KvEvictionStats& stats() const { return stats_; }
   // Host bytes this evictor holds beside the KV cache: its sequences' recorded queries and their
-  // positions, and the scratch of its rounds (grown to the largest round so far). None of it is in
-  // the page pool or counted by kv-memory.
+  // positions, and the scratch of its rounds (grown to the largest round so far). Ordinary heap
+  // memory; the engine pays for it with pages lent from its pool when --kv-memory is its budget.
   uint64_t state_bytes() const;
   // Of those, the rounds' scratch (state_bytes() less the recorded queries).
   uint64_t scratch_bytes() const { return state_bytes() - ring_bytes_; }
@@ -115,7 +116,9 @@ class KvEvictor final : public AttentionObserver {
 
  private:
   struct Ring {
-    std::vector<float> q;        // [buffer][n_head * head_dim], unless on_store
+    // [buffer][n_head * head_dim], unless on_store. A mapping of its own when large, so freeing it
+    // (release_state) gives the memory back to the system, not to the heap.
+    std::vector<float, ZeroedAllocator<float>> q;
     std::vector<int32_t> pos;    // [buffer]
     int64_t count = 0;           // queries ever recorded
     bool on_store = false;       // the queries stayed with the store's rows (observer got null)
