@@ -1,5 +1,7 @@
 #include "frugal/engine/engine.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -805,6 +807,9 @@ void Engine::charge_side_state(const StepPlan& plan) {
 void Engine::release_side_state(Active& r) {
   if (!r.evictor || r.own) return;
   r.evictor->release_state();
+  // The rounds' scratch came from the heap, which keeps freed blocks resident: hand whole free
+  // pages back, so what the pool lent is not held twice.
+  if (r.lent_pages > 0) malloc_trim(0);
   kv_.return_pages(r.lent_pages);
   r.lent_pages = 0;
 }
