@@ -267,13 +267,14 @@ struct DevWeight {
   int salient = 0;
 };
 
-// A device allocation list freed together.
+// A device allocation list freed together (or one allocation early, with free()).
 class DeviceArena {
  public:
   ~DeviceArena() { release(); }
   void release() {
     for (void* p : ptrs_) cudaFree(p);
     ptrs_.clear();
+    sizes_.clear();
     bytes_ = 0;
   }
   template <typename T>
@@ -281,17 +282,33 @@ class DeviceArena {
     void* p = nullptr;
     FRUGAL_CUDA(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
     ptrs_.push_back(p);
+    sizes_.push_back(count * sizeof(T));
     bytes_ += count * sizeof(T);
     *out = static_cast<T*>(p);
     return ok_status();
   }
   void adopt(void* p, uint64_t bytes) {
     ptrs_.push_back(p);
+    sizes_.push_back(bytes);
     bytes_ += bytes;
+  }
+  // Frees one allocation of this arena now (null, or one it does not hold: nothing happens). The
+  // caller makes sure no queued work still reads it.
+  void free(const void* p) {
+    if (p == nullptr) return;
+    for (size_t i = 0; i < ptrs_.size(); ++i) {
+      if (ptrs_[i] != p) continue;
+      cudaFree(ptrs_[i]);
+      bytes_ -= sizes_[i];
+      ptrs_.erase(ptrs_.begin() + static_cast<std::ptrdiff_t>(i));
+      sizes_.erase(sizes_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
   }
 
  private:
   std::vector<void*> ptrs_;
+  std::vector<uint64_t> sizes_;
   uint64_t bytes_ = 0;
 };
 

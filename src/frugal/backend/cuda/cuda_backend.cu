@@ -1053,9 +1053,23 @@ Status CudaBackend::ensure_kv(const KvCacheOptions& o) {
 
 Status CudaBackend::ensure_buffers(int64_t n) {
   if (n <= buf_.cap) return ok_status();
-  // Grown buffers move, so graphs captured over the old ones are dropped. Old buffers stay in the
-  // arena until the cache changes shape (growth is rare: a few sizes per run).
+  // Grown buffers move, so graphs captured over the old ones are dropped, and the old ones are
+  // freed once the stream is idle (every step ends synchronized; this waits for anything queued
+  // since), so a step one token larger than any before does not keep two sets on the device.
   drop_graphs();
+  if (buf_.cap > 0) {
+    FRUGAL_CUDA(cudaStreamSynchronize(stream_));
+    for (const void* p : {static_cast<const void*>(buf_.x), static_cast<const void*>(buf_.h),
+                          static_cast<const void*>(buf_.q), static_cast<const void*>(buf_.k),
+                          static_cast<const void*>(buf_.v), static_cast<const void*>(buf_.att),
+                          static_cast<const void*>(buf_.gate), static_cast<const void*>(buf_.up),
+                          static_cast<const void*>(buf_.hout), static_cast<const void*>(buf_.logits),
+                          static_cast<const void*>(buf_.packet), static_cast<const void*>(buf_.greedy),
+                          static_cast<const void*>(buf_.attn_scratch)}) {
+      state_.free(p);
+    }
+    buf_ = Buffers{};
+  }
   const int64_t cap = std::max<int64_t>(n, 8);
   trace(1, "buffers for ", cap, " tokens");
   const ModelConfig& c = cfg_;
@@ -1382,6 +1396,17 @@ Result<bool> CudaBackend::forward_model(const Model& model, const Batch& batch, 
 Status CudaBackend::ensure_capture(int64_t m) {
   if (m <= qcap_cap_) return ok_status();
   drop_graphs();
+  // The capture is read within the step that fills it: the old one goes once the stream is idle.
+  if (qcap_cap_ > 0) {
+    FRUGAL_CUDA(cudaStreamSynchronize(stream_));
+    state_.free(qcap_rows_);
+    state_.free(qcap_dst_);
+    state_.free(qcap_);
+    qcap_rows_ = nullptr;
+    qcap_dst_ = nullptr;
+    qcap_ = nullptr;
+    qcap_cap_ = 0;
+  }
   const int64_t cap = std::max<int64_t>(m, 8);
   FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(cap), &qcap_rows_));
   FRUGAL_RETURN_IF_ERROR(state_.alloc(static_cast<size_t>(cap), &qcap_dst_));
