@@ -301,6 +301,8 @@ def run_config(args, policy, memory, port):
         # scratch, caches of their own). On the cpu backend the policies' part is paid from the
         # --kv-memory pool (pages lent to it); caches of their own are outside it.
         "kv_side_peak_bytes": metric(metrics, "frugal:kv_side_peak_bytes"),
+        # Of the pool, the most pages lent to that state at once (pages of the pool's page size).
+        "kv_lent_peak_pages": metric(metrics, "frugal:kv_pool_lent_peak_pages"),
         # K/V bytes each request held at most (its record), and their sum: what the sequences
         # needed at their peaks, whatever the device reserved for their slots.
         "kv_peak_bytes_mean": statistics.mean(r[5] for r in done) if all(r[5] is not None for r in done) else None,
@@ -383,6 +385,7 @@ def main():
               + f"  slots {r['slots'] or 0:.0f}  KV reserved {(r['kv_reserved_bytes'] or 0) / 2**20:.0f} MiB"
               + f"  peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB"
               + (f"  beside the cache {r['kv_side_peak_bytes'] / 2**20:.1f} MiB" if r.get("kv_side_peak_bytes") else "")
+              + (f" (paid with up to {int(r['kv_lent_peak_pages'])} pool pages)" if r.get("kv_lent_peak_pages") else "")
               + (f"  GPU idle {r['idle_gpu_bytes'] / 2**20:.0f} MiB peak {r['peak_gpu_bytes'] / 2**20:.0f} MiB"
                  if r["peak_gpu_bytes"] else "")
               + f"  finished {r['finish_reasons']}"

@@ -235,6 +235,8 @@ std::string Metrics::render(const EngineStats& s) const {
         "Pages of the KV page pool lent to the KV policies' recorded queries and round scratch (with "
         "--kv-memory on the cpu backend they are paid from the pool; counted as held, not free).",
         l, static_cast<double>(s.kv_pages_lent));
+  gauge(out, "frugal:kv_pool_lent_peak_pages", "The most kv_pool_lent_pages seen after a step.", l,
+        static_cast<double>(s.kv_pages_lent_peak));
   gauge(out, "frugal:kv_pool_shared_pages",
         "Pages of the KV page pool saved by sharing prompt prefixes (references beyond one per used page).", l,
         static_cast<double>(s.kv_pages_shared));
