@@ -360,10 +360,8 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(RequestOptions req) {
     FRUGAL_ASSIGN_OR_RETURN(evictor, KvEvictor::create(kv, trace_len, prompt_len));
     if (charges_side_state()) {
       // The recorded queries are paid from the pool beside the sequence's rows: both must fit.
-      const ModelConfig& mc = model_.config();
-      const uint64_t rings = evictor->ring_bytes_per_sequence(static_cast<int>(mc.n_layer),
-                                                              static_cast<int>(mc.n_head), static_cast<int>(mc.head_dim));
-      const int64_t ring_pages = static_cast<int64_t>((rings + kv_.page_bytes() - 1) / kv_.page_bytes());
+      const uint64_t rings = ring_bytes(*evictor);
+      const int64_t ring_pages = pages_for(rings);
       const int64_t row_pages = kv_.pages_to_grow(0, false, 0, std::min(prompt_len + 1, slot_capacity_));
       if (ring_pages + row_pages > kv_.total_pages()) {
         return error(ErrorCode::kOverBudget,
@@ -769,13 +767,19 @@ void Engine::reserve_pages(const StepPlan& plan) {
   }
 }
 
+uint64_t Engine::ring_bytes(KvEvictor& e) const {
+  const ModelConfig& mc = model_.config();
+  return e.ring_bytes_per_sequence(static_cast<int>(mc.n_layer), static_cast<int>(mc.n_head),
+                                   static_cast<int>(mc.head_dim));
+}
+
+int64_t Engine::pages_for(uint64_t bytes) const {
+  return static_cast<int64_t>((bytes + kv_.page_bytes() - 1) / kv_.page_bytes());
+}
+
 int64_t Engine::side_pages(Active& r) {
   if (!charges_side_state() || !r.evictor) return 0;
-  const ModelConfig& mc = model_.config();
-  const uint64_t bytes = r.evictor->ring_bytes_per_sequence(static_cast<int>(mc.n_layer), static_cast<int>(mc.n_head),
-                                                            static_cast<int>(mc.head_dim)) +
-                         r.evictor->scratch_bytes();
-  return static_cast<int64_t>((bytes + kv_.page_bytes() - 1) / kv_.page_bytes());
+  return pages_for(ring_bytes(*r.evictor) + r.evictor->scratch_bytes());
 }
 
 void Engine::charge_side_state(const StepPlan& plan) {

@@ -163,6 +163,9 @@ class Engine {
   // preempted or finishes (its state freed then). Pages a sequence's state needs now.
   bool charges_side_state() const { return uses_pool() && opts_.kv_memory > 0; }
   int64_t side_pages(Active& r);
+  // One sequence's full query rings under evictor `e` on this model; pool pages holding `bytes`.
+  uint64_t ring_bytes(KvEvictor& e) const;
+  int64_t pages_for(uint64_t bytes) const;
   // Lends each running sequence the pages its state has grown to, making room as for KV rows.
   void charge_side_state(const StepPlan& plan);
   // A preempted or finished sequence's state and lent pages go back.

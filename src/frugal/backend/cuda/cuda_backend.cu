@@ -1059,13 +1059,9 @@ Status CudaBackend::ensure_buffers(int64_t n) {
   drop_graphs();
   if (buf_.cap > 0) {
     FRUGAL_CUDA(cudaStreamSynchronize(stream_));
-    for (const void* p : {static_cast<const void*>(buf_.x), static_cast<const void*>(buf_.h),
-                          static_cast<const void*>(buf_.q), static_cast<const void*>(buf_.k),
-                          static_cast<const void*>(buf_.v), static_cast<const void*>(buf_.att),
-                          static_cast<const void*>(buf_.gate), static_cast<const void*>(buf_.up),
-                          static_cast<const void*>(buf_.hout), static_cast<const void*>(buf_.logits),
-                          static_cast<const void*>(buf_.packet), static_cast<const void*>(buf_.greedy),
-                          static_cast<const void*>(buf_.attn_scratch)}) {
+    for (const void* p : std::initializer_list<const void*>{buf_.x, buf_.h, buf_.q, buf_.k, buf_.v, buf_.att,
+                                                            buf_.gate, buf_.up, buf_.hout, buf_.logits,
+                                                            buf_.packet, buf_.greedy, buf_.attn_scratch}) {
       state_.free(p);
     }
     buf_ = Buffers{};
